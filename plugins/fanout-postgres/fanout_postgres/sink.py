@@ -823,26 +823,20 @@ class PostgresSink(PartitionedSink):
                                        batch_id).values())  # fmt: skip
                 if current_oid(conn, table.quoted()) not in oids:
                     return None if oids == {None} else False
-            unknown = False  # an upsert row of an older fanout: its refused rows uncounted
-            if self.mode == "append" and name == self.name and self._moved(conn, scope, batch_id):
+            mode = self.mode
+            if mode == "append" and name == self.name and self._moved(conn, scope, batch_id):
                 return None
-            if self.mode == "append":
-                marks = committed_partitions(conn, self.state_schema, scope, name, batch_id)
-                counts: set[int | None] = {m.partitions for m in marks}
-                partitions = {m.partition for m in marks}
-            else:
-                recorded = upsert_records(conn, self.state_schema, scope, name, batch_id)
-                counts, partitions = {r.partitions for r in recorded.values()}, set(recorded)
-                waiting = sum(r.waiting for r in recorded.values())
-                unknown = any(r.refused is None for r in recorded.values())
-                if unknown and isinstance(self._dead, PostgresDeadLetters):
-                    unknown = not refused_held(conn, self._dead.table, scope, name,
-                                               batch_id)  # fmt: skip
+            read = self._records(conn, mode, scope, name, batch_id)
+            if not read[1] and name == self.name:  # none: written in the other mode?
+                other = self._other_mode(conn, scope, batch_id, said=True)
+                if other is not None:
+                    mode, read = other, self._records(conn, other, scope, name, batch_id)
+            counts, partitions, waiting, unknown = read
             count = counts.pop() if len(counts) == 1 else None
             held = _held(len(partitions), count)
             if held is not True:
                 return held
-            if self.mode == "append":
+            if mode == "append":
                 waiting = sum(letters_waiting(conn, self.state_schema, scope, name,
                                               batch_id).values())  # fmt: skip
         if unknown:
@@ -850,6 +844,53 @@ class PostgresSink(PartitionedSink):
         if waiting and self._letters_kept(pipeline, epoch, batch_id, name) < waiting:
             return PartlyHeld(len(partitions), count, letters=waiting)
         return True
+
+    def _records(
+        self, conn: Any, mode: str, scope: str, name: str, batch_id: int
+    ) -> tuple[set[int | None], set[int], int, bool]:
+        """The partition counts and partitions sink ``name``'s records of ``mode`` (progress
+        marks: append; ``upsert_routes`` rows: upsert) hold of the batch, with upsert's
+        refused rows waiting for the dead-letter target and whether an older fanout's rows
+        left some uncounted (append's waiting letters: read once the batch is held whole,
+        :meth:`_holds`). One query."""
+        if mode == "append":
+            marks = committed_partitions(conn, self.state_schema, scope, name, batch_id)
+            return {m.partitions for m in marks}, {m.partition for m in marks}, 0, False
+        recorded = upsert_records(conn, self.state_schema, scope, name, batch_id)
+        unknown = any(r.refused is None for r in recorded.values())
+        if unknown and isinstance(self._dead, PostgresDeadLetters):
+            unknown = not refused_held(conn, self._dead.table, scope, name, batch_id)
+        waiting = sum(r.waiting for r in recorded.values())
+        return {r.partitions for r in recorded.values()}, set(recorded), waiting, unknown
+
+    def _other_mode(self, conn: Any, scope: str, batch_id: int, *, said: bool) -> str | None:
+        """The other mode than the sink's ``mode`` now when its records (progress marks:
+        append; ``upsert_routes`` rows: upsert) hold the sink's batch ``batch_id``, the
+        sink's own mode's records holding none (its callers read those first): ``mode``
+        switched between runs, after the batch was marked, and the batch's rows are in
+        the table all the same; ``said``: logged, saying what the switch means for the
+        batches after it. ``None``: they hold none of it either. One query, asked by
+        :meth:`holds_batch` and :meth:`target_replaced` only when the mode's own records
+        hold none of the batch. Up to this version those read the mode's own records only,
+        and a switch between runs read as a table created again empty
+        (docs/architecture.md §8.2, "A mode switched between runs")."""
+        other = "upsert" if self.mode == "append" else "append"
+        if not target_oids(conn, self.state_schema, other, scope, self.name, batch_id):
+            return None
+        if said:
+            then = (
+                "appends each row of its later batches: a key the table holds already is "
+                "a second row (or, under a unique index, a refused row)"
+                if self.mode == "append"
+                else "upserts its later batches by key"
+            )  # fmt: skip
+            logger.warning(
+                "sink %r: batch %d (%s) was written in %s mode, and the sink is in %s mode "
+                "now: option 'mode' switched since; the table holds the batch by its %s "
+                "records, and the sink %s",
+                self.name, batch_id, scope, other, self.mode, other, then,
+            )  # fmt: skip
+        return other
 
     def _moved(self, conn: Any, scope: str, batch_id: int) -> bool:
         """Append, in :meth:`holds_batch`: whether marks of the batch recorded another table
@@ -926,7 +967,11 @@ class PostgresSink(PartitionedSink):
     def _replaced(self, conn: Any, table: TableName, scope: str, batch_id: int) -> str | None:
         """Why ``table`` is not the one the batch's records name (:meth:`target_replaced`),
         logged; ``None`` when it is, or cannot tell."""
-        oids = target_oids(conn, self.state_schema, self.mode, scope, self.name, batch_id)
+        mode = self.mode
+        oids = target_oids(conn, self.state_schema, mode, scope, self.name, batch_id)
+        if not oids:  # none: written in the other mode? (switched between runs)
+            mode = self._other_mode(conn, scope, batch_id, said=False) or mode
+            oids = target_oids(conn, self.state_schema, mode, scope, self.name, batch_id)
         now = current_oid(conn, table.quoted())
         gone = {p for p, oid in oids.items() if oid is not None and oid != now}
         if gone and relation_bytes(conn, table.quoted()) > 0:
@@ -940,7 +985,7 @@ class PostgresSink(PartitionedSink):
         if not gone:
             return None
         moved = None
-        if self.mode == "append":  # their marks name the table: moved, not created again?
+        if mode == "append":  # their marks name the table: moved, not created again?
             moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id,
                                 table.quoted())  # fmt: skip
         if moved is not None:

@@ -298,3 +298,37 @@ def test_the_same_name_on_another_table_between_a_crash_and_its_replay(
     assert plain.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))["pg"].already_written
     plain.close()
     assert _ids(pg_url, "t1") == [4, 5, 6, 7, 8, 9, 10, 11]
+
+
+def test_a_mode_switched_between_runs_writes_on(
+    spark: Any, pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upsert wrote and marked batch 0; the next run in append mode: the table holds batch 0
+    (by its ``upsert_routes`` rows), so the start check passes, saying the mode switched and
+    what that means, and the run appends batch 1; switched back to upsert, batch 1 (by its
+    progress marks) is held too, and batch 2 upserts (key 5 updated, not added). Before
+    (bb398bc), each switch was refused: ``holds_batch`` read only the current mode's
+    records, and the message said the table was "created again empty"."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint PRIMARY KEY, v text)")
+    ledger = str(tmp_path / "ledger")
+
+    def rows(start: int, end: int, v: str) -> Any:
+        return spark.range(start, end).selectExpr("id", f"'{v}' AS v")
+
+    _fan(pg_url, ledger, mode="upsert", keys=["id"]).process(
+        rows(0, 2, "a"), BatchInfo("pgmove", 0, "q")
+    )
+    appended = _fan(pg_url, ledger)
+    assert appended.process(rows(4, 6, "b"), BatchInfo("pgmove", 1, "q"))["pg"].rows == 2
+    appended.close()
+    assert (
+        "batch 0 (pgmove) was written in upsert mode, and the sink is in append mode now: "
+        "option 'mode' switched since" in caplog.text
+    )
+    upserted = _fan(pg_url, ledger, mode="upsert", keys=["id"])
+    assert upserted.process(rows(5, 7, "c"), BatchInfo("pgmove", 2, "q"))["pg"].rows == 2
+    upserted.close()
+    assert "batch 1 (pgmove) was written in append mode" in caplog.text
+    assert query(pg_url, "SELECT id, v FROM t1 ORDER BY id") == [
+        (0, "a"), (1, "a"), (4, "b"), (5, "c"), (6, "c")
+    ]  # fmt: skip
