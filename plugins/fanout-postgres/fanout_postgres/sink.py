@@ -823,7 +823,7 @@ class PostgresSink(PartitionedSink):
                                        batch_id).values())  # fmt: skip
                 if current_oid(conn, table.quoted()) not in oids:
                     return None if oids == {None} else False
-            mode = self.mode
+            mode: str = self.mode
             if mode == "append" and name == self.name and self._moved(conn, scope, batch_id):
                 return None
             read = self._records(conn, mode, scope, name, batch_id)
@@ -967,7 +967,7 @@ class PostgresSink(PartitionedSink):
     def _replaced(self, conn: Any, table: TableName, scope: str, batch_id: int) -> str | None:
         """Why ``table`` is not the one the batch's records name (:meth:`target_replaced`),
         logged; ``None`` when it is, or cannot tell."""
-        mode = self.mode
+        mode: str = self.mode
         oids = target_oids(conn, self.state_schema, mode, scope, self.name, batch_id)
         if not oids:  # none: written in the other mode? (switched between runs)
             mode = self._other_mode(conn, scope, batch_id, said=False) or mode
