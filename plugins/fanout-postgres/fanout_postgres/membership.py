@@ -255,9 +255,12 @@ class MovedMarks:
 
 
 def moved_marks(
-    conn: Any, state_schema: str, scope: str, sink: str, batch_id: int, table: str
-) -> MovedMarks | None:
-    """Append: the progress marks of one batch of one sink that record another table than
+    conn: Any, state_schema: str, scope: str, sink: str, batch_id: int, table: str,
+    mode: str = "append",
+) -> MovedMarks | None:  # fmt: skip
+    """The progress marks (upsert: the ``upsert_routes`` rows, which record the table's
+    name from migration ``0008_upsert_routes_target``; one of an older fanout, no name,
+    is never moved) of one batch of one sink that record another table than
     ``table`` (SQL, as the statements name it): another OID (migration ``0006_target_oid``)
     *and* another name (``target``, the sink's option as the partition wrote it). The
     sink's ``table`` moved since they committed: they say nothing of the table it names
@@ -268,12 +271,13 @@ def moved_marks(
     same OID under another name (``orders`` and ``public.orders``, a table renamed with
     the option) is the same table. ``None``: none. One query, asked by ``holds_batch`` and
     ``target_replaced`` (a start)."""
-    return other_table_marks(conn, state_schema, scope, sink, batch_id, table, same_name=False)[0]
+    return other_table_marks(conn, state_schema, scope, sink, batch_id, table, same_name=False,
+                             mode=mode)[0]  # fmt: skip
 
 
 def other_table_marks(
     conn: Any, state_schema: str, scope: str, sink: str, batch_id: int, table: str,
-    same_name: bool = True,
+    same_name: bool = True, mode: str = "append",
 ) -> tuple[MovedMarks | None, MovedMarks | None]:  # fmt: skip
     """Append: the progress marks of one batch of one sink that record another OID than
     ``table``'s now (``None`` when it is missing), split by the name they record: those of
@@ -284,13 +288,13 @@ def other_table_marks(
     replay only (the batch has marks)."""
     import sqlalchemy as sa
 
-    p = progress_table(state_schema)
+    p = progress_table(state_schema) if mode == "append" else upsert_routes_table(state_schema)
     now = _current_oid_query(table)
     where = [
         p.c.pipeline == scope, p.c.sink == sink, p.c.batch_id == batch_id,
         p.c.target_oid.isnot(None), p.c.target_oid != sa.func.coalesce(now, -1),
     ]  # fmt: skip
-    if not same_name:
+    if not same_name:  # an upsert row of an older fanout (no name): none
         where.append(p.c.target != table)
     query = sa.select(p.c.partition, p.c.target, p.c.target_oid, now).where(*where)
     rows = conn.execute(query.order_by(p.c.partition)).all()

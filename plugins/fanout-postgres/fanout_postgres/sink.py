@@ -824,7 +824,7 @@ class PostgresSink(PartitionedSink):
                 if current_oid(conn, table.quoted()) not in oids:
                     return None if oids == {None} else False
             mode: str = self.mode
-            if mode == "append" and name == self.name and self._moved(conn, scope, batch_id):
+            if name == self.name and self._moved(conn, scope, batch_id):
                 return None
             read = self._records(conn, mode, scope, name, batch_id)
             if not read[1] and name == self.name:  # none: written in the other mode?
@@ -893,22 +893,26 @@ class PostgresSink(PartitionedSink):
         return other
 
     def _moved(self, conn: Any, scope: str, batch_id: int) -> bool:
-        """Append, in :meth:`holds_batch`: whether marks of the batch recorded another table
-        than the sink's now (:func:`~fanout_postgres.membership.moved_marks`: ``table``
-        moved since), logged. They say nothing of the table named now: "cannot tell"
-        (``None``), so a checkpoint reset's start writes the batch into it (not refused,
-        no lost mark recorded for a batch it lacks) and a run's lost-target check lets a
-        moved table pass as before (:meth:`target_replaced` still names an empty one)."""
+        """In :meth:`holds_batch`: whether the sink's progress marks (upsert: its
+        ``upsert_routes`` rows, from migration ``0008_upsert_routes_target``) of the batch
+        recorded another table than the sink's now
+        (:func:`~fanout_postgres.membership.moved_marks`: ``table`` moved since), logged.
+        They say nothing of the table named now: "cannot tell" (``None``), so a checkpoint
+        reset's start writes the batch into it (not refused, no lost mark recorded for a
+        batch it lacks) and a run's lost-target check lets a moved table pass as before
+        (:meth:`target_replaced` still names an empty one)."""
         table = self._table
         assert table is not None  # _target_gone said it is there
-        moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id, table.quoted())
+        moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id, table.quoted(),
+                            self.mode)  # fmt: skip
         if moved is None:
             return False
         logger.warning(
-            "sink %r: its progress marks of batch %d (partition(s) %s) name table %s (OID "
-            "%d), not %s, its table now: option 'table' moved since; they cannot tell "
-            "whether %s holds the batch",
-            self.name, batch_id, moved.partitions, moved.table, moved.oid, table, table,
+            "sink %r: its %s of batch %d (partition(s) %s) name table %s (OID %d), not %s, "
+            "its table now: option 'table' moved since; they cannot tell whether %s holds "
+            "the batch",
+            self.name, "progress marks" if self.mode == "append" else "upsert_routes rows",
+            batch_id, moved.partitions, moved.table, moved.oid, table, table,
         )  # fmt: skip
         return True
 
@@ -984,10 +988,9 @@ class PostgresSink(PartitionedSink):
             return None
         if not gone:
             return None
-        moved = None
-        if mode == "append":  # their marks name the table: moved, not created again?
-            moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id,
-                                table.quoted())  # fmt: skip
+        # their records name the table: moved, not created again? (an upsert's from 0008)
+        moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id,
+                            table.quoted(), mode)  # fmt: skip
         if moved is not None:
             logger.warning(
                 "sink %r: table %s (OID %s), empty, is not table %s (OID %d), which "

@@ -332,3 +332,39 @@ def test_a_mode_switched_between_runs_writes_on(
     assert query(pg_url, "SELECT id, v FROM t1 ORDER BY id") == [
         (0, "a"), (1, "a"), (4, "b"), (5, "c"), (6, "c")
     ]  # fmt: skip
+
+
+def test_a_checkpoint_reset_after_an_upsert_table_moved_writes_the_unmarked_batch_once(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The upsert case of the test above, with a ``postgres:`` dead-letter target (without
+    one the rewrite is harmless and not asked): batch 1 committed into ``t1``, its mark
+    lost, ``table`` moved to ``t2`` and the query started on a new checkpoint. Its
+    ``upsert_routes`` rows now name ``t1`` (migration ``0008_upsert_routes_target``), so
+    the start cannot tell (not refused, no lost mark), and the new epoch writes batch 1
+    into ``t2`` once. Before (bb398bc): the rows, with only an OID, counted as holding the
+    batch and the start was refused."""
+    from fanout.ledger.delta import DeltaLedger
+
+    execute(pg_url, "CREATE TABLE t1 (id bigint PRIMARY KEY)",
+            "CREATE TABLE t2 (id bigint PRIMARY KEY)", "INSERT INTO t2 VALUES (100)")  # fmt: skip
+    ledger = str(tmp_path / "ledger")
+    upsert = {"mode": "upsert", "keys": ["id"], "dead_letter": "postgres:dead"}
+
+    def info(batch: int, query_id: str, end: int) -> BatchInfo:
+        return BatchInfo("pgmove", batch, query_id, [{"orders": {"0": end}}])
+
+    _fan(pg_url, ledger, **upsert).process(spark.range(0, 4), info(0, "q", 4))
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg"), **upsert).process(spark.range(4, 8), info(1, "q", 8))
+    sink = _sink(pg_url, table="t2", **upsert)
+    reset = FanOut("pgmove", ledger, [sink], retries=0, on_checkpoint_reset="new_epoch")
+    assert reset.process(spark.range(4, 8), info(0, "q2", 8))["pg"].rows == 4
+    reset.close()
+    assert _ids(pg_url, "t1") == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert _ids(pg_url, "t2") == [4, 5, 6, 7, 100]
+    marks = sorted(
+        (e.epoch, e.sink, e.batch_id, e.lost)
+        for e in DeltaLedger(ledger).committed_entries("pgmove")
+    )
+    assert marks == [(0, "pg", 0, False), (1, "pg", 0, False)]
