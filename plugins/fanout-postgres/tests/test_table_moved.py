@@ -368,3 +368,40 @@ def test_a_checkpoint_reset_after_an_upsert_table_moved_writes_the_unmarked_batc
         for e in DeltaLedger(ledger).committed_entries("pgmove")
     )
     assert marks == [(0, "pg", 0, False), (1, "pg", 0, False)]
+
+
+def test_an_accepted_replay_that_fails_between_its_partitions_completes_once(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The accepted replay (``accept_lost_targets``) of a batch whose marks name a table
+    replaced under ``t1``'s name fails after partition 0 committed into the new ``t1`` and
+    before partition 1 (vetoed: the kill point between partitions, in-process). The next
+    replay, without the flag (batch 1) or with it again (batch 2), writes only what is
+    missing: each row once in the new ``t1``."""
+    from fanout.testing.faults import VetoOnce
+
+    execute(pg_url, "CREATE TABLE t1 (id bigint)")
+    ledger = str(tmp_path / "ledger")
+    _fan(pg_url, ledger).process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
+    for batch, accepted_again in ((1, False), (2, True)):
+        rows = spark.range(10 * batch, 10 * batch + 6)
+        with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+            _fan(pg_url, MarkLost(ledger, "pg")).process(rows, BatchInfo("pgmove", batch, "q"))
+        execute(pg_url, f"ALTER TABLE t1 RENAME TO t1_{batch}", "CREATE TABLE t1 (id bigint)")
+        veto = VetoOnce(batch=batch, partition=1, state=str(tmp_path / f"veto{batch}"), sink="pg")
+        accepted = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0,
+                          accept_lost_targets=["pg"], plugins=[veto])  # fmt: skip
+        with pytest.raises(BatchFailedError):
+            accepted.process(rows, BatchInfo("pgmove", batch, "q"))
+        accepted.close()
+        partial = _ids(pg_url, "t1")
+        assert 0 < len(partial) < 6 and set(partial) < set(range(10 * batch, 10 * batch + 6))
+        options: dict[str, Any] = {"accept_lost_targets": ["pg"]} if accepted_again else {}
+        again = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0, **options)
+        result = again.process(rows, BatchInfo("pgmove", batch, "q"))["pg"]
+        again.close()
+        assert _ids(pg_url, "t1") == list(range(10 * batch, 10 * batch + 6))
+        assert (result.already_written, result.rows) == (False, 6)  # the marked one counted
+        assert result.details["written"] == 6 - len(partial)
+        assert result.details["skipped_partitions"] == [0]
+
