@@ -652,18 +652,25 @@ class PostgresSink(PartitionedSink):
         another created or restored from a dump). The replay would skip their partitions,
         and the table named now would never get those rows. A replaced table, when the run
         accepts its loss (``accept_lost_targets``): those marks are deleted, and the replay
-        writes their partitions into the table as it is (the marks left returned). One
-        query, only on a replay."""
+        writes their partitions into the table as it is (the marks left returned), those
+        of each replaced table in turn (the name replaced twice, once mid-batch). One
+        query, only on a replay (accepted: one more per replaced table forgotten)."""
         table = self._table
         assert table is not None  # open() resolved it
         scope = _scope(batch)
         moved, replaced = other_table_marks(conn, self.state_schema, scope, self.name,
                                             batch.batch_id, table.quoted())  # fmt: skip
-        if moved is None and replaced is not None:
+        gone: set[int] = set()
+        while moved is None and replaced is not None:
             if not self._accept_lost:
                 self._refuse_replaced(batch, replaced)
             self._forget_replaced(batch, replaced)
-            gone = set(replaced.partitions)
+            gone.update(replaced.partitions)
+            # marks of another table replaced too (the name replaced twice, one of them
+            # mid-batch): each OID is forgotten in turn, one query more each (accepted only)
+            moved, replaced = other_table_marks(conn, self.state_schema, scope, self.name,
+                                                batch.batch_id, table.quoted())  # fmt: skip
+        if gone and moved is None:
             return [(mark, query) for mark, query in found if mark.partition not in gone]
         if moved is None:
             return found

@@ -405,3 +405,29 @@ def test_an_accepted_replay_that_fails_between_its_partitions_completes_once(
         assert result.details["written"] == 6 - len(partial)
         assert result.details["skipped_partitions"] == [0]
 
+
+def test_an_accepted_replay_whose_marks_name_two_replaced_tables_writes_the_batch_whole(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Batch 1's partition 0 committed into ``t1`` (OID A), then ``t1`` replaced (OID B)
+    and partition 1 committed there, the mark lost; replaced again (OID C) before the
+    replay. Accepted, the replay writes all of batch 1 into ``t1`` (C): the marks of both
+    replaced tables are forgotten, not only those of the first OID read."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint)")
+    ledger = str(tmp_path / "ledger")
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    execute(pg_url, "ALTER TABLE t1 RENAME TO t1_a", "CREATE TABLE t1 (id bigint)")
+    mid = _oid(pg_url, "t1")  # partition 1 committed here, mid-batch
+    execute(
+        pg_url,
+        f"UPDATE fanout.progress SET target_oid = {mid} WHERE pipeline = 'pgmove' AND "
+        "sink = 'pg' AND batch_id = 1 AND partition = 1",
+        "ALTER TABLE t1 RENAME TO t1_b",
+        "CREATE TABLE t1 (id bigint)",
+    )
+    accepted = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0, accept_lost_targets=["pg"])
+    result = accepted.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))["pg"]
+    accepted.close()
+    assert (result.already_written, result.rows) == (False, 4)
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]
