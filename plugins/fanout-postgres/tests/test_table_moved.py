@@ -431,3 +431,33 @@ def test_an_accepted_replay_whose_marks_name_two_replaced_tables_writes_the_batc
     accepted.close()
     assert (result.already_written, result.rows) == (False, 4)
     assert _ids(pg_url, "t1") == [4, 5, 6, 7]
+
+
+def test_the_printed_update_runs_as_printed_on_a_quoted_state_schema_and_a_qualified_table(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The refusal's ``UPDATE`` (a dump taken after the crash), run exactly as printed, with
+    ``state_schema`` needing quotes and ``table`` schema-qualified: the replay then skips
+    the committed partitions, each row once."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint)")
+    ledger = str(tmp_path / "ledger")
+    options = {"state_schema": "Fan State", "table": "public.t1"}
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg"), **options).process(
+            spark.range(0, 4), BatchInfo("pgmove", 0, "q")
+        )
+    crashed = _oid(pg_url, "t1")
+    _restore(pg_url, "true")
+    plain = _fan(pg_url, ledger, **options)
+    with pytest.raises(BatchFailedError) as refused:
+        plain.process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
+    text = str(refused.value.failures["pg"])
+    assert (
+        f"Fan State.progress marks partition(s) [0, 1] of batch 0 of this sink as committed "
+        f"to table public.t1 (OID {crashed}), but table public.t1 has OID "
+        f"{_oid(pg_url, 't1')} now" in text
+    ), text
+    execute(pg_url, text[text.index("UPDATE ") :])
+    assert plain.process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))["pg"].already_written
+    plain.close()
+    assert _ids(pg_url, "t1") == [0, 1, 2, 3]
