@@ -887,7 +887,8 @@ class PostgresSink(PartitionedSink):
         if said:
             then = (
                 "appends each row of its later batches: a key the table holds already is "
-                "a second row (or, under a unique index, a refused row)"
+                "a second row, or under a unique index a refused row (kept in the "
+                "dead-letter target; without one its batch fails, naming the row)"
                 if self.mode == "append"
                 else "upserts its later batches by key"
             )  # fmt: skip

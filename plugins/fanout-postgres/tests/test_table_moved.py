@@ -330,7 +330,10 @@ def test_a_mode_switched_between_runs_writes_on(
     appended.close()
     assert (
         "batch 0 (pgmove) was written in upsert mode, and the sink is in append mode now: "
-        "option 'mode' switched since" in caplog.text
+        "option 'mode' switched since; the table holds the batch by its upsert records, and "
+        "the sink appends each row of its later batches: a key the table holds already is a "
+        "second row, or under a unique index a refused row (kept in the dead-letter target; "
+        "without one its batch fails, naming the row)" in caplog.text
     )
     upserted = _fan(pg_url, ledger, mode="upsert", keys=["id"])
     assert upserted.process(rows(5, 7, "c"), BatchInfo("pgmove", 2, "q"))["pg"].rows == 2
