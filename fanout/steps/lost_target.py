@@ -68,8 +68,9 @@ def refuse_lost_targets(
     start, and the warning says to drop the flag (left on a later command line it would
     accept the target's next loss unseen) unless the sink's refusal of a replayed batch
     named it (a PostgreSQL append batch whose marks name a table replaced under its name
-    since: :attr:`fanout.SinkContext.accept_lost`). ``timeouts``: the sinks with ``write_timeout_s``, whose
-    answer is waited for that long (no answer: cannot tell, the run goes on as before).
+    since: :attr:`fanout.SinkContext.accept_lost`). ``timeouts``: the sinks with
+    ``write_timeout_s``, whose answer is waited for that long (no answer: cannot tell, the
+    run goes on as before).
     ``pipeline_file``: the file ``fanout run`` runs (absolute), which the refusal's command
     names."""
     bounds = timeouts or {}
