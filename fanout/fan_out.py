@@ -477,6 +477,7 @@ class FanOut:
                 ledger=ledger_location(self.ledger),
                 secrets=self.secrets,
                 sinks=tuple(self.specs),
+                accept_lost=spec.name in self._accept_lost,
             )
             spec.route.validate(spec.name, spark)
             sink = spec.sink

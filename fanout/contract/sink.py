@@ -125,6 +125,12 @@ class SinkContext:
         tell another sink of the pipeline, still configured, writing its target from one
         that is gone (renamed after it wrote a batch and before its mark: the Delta sink
         refuses writing that batch again under the new name).
+    :param accept_lost: ``True`` when this run accepts the loss of the sink's target
+        (``FanOut(accept_lost_targets=[...])``, ``fanout run --accept-lost-target``
+        naming it): besides the run's start check (:mod:`fanout.steps.lost_target`), a
+        sink that finds, replaying a batch, its records of it made in a target replaced
+        since may write the whole batch into the target as it is instead of refusing
+        (the PostgreSQL sink: docs/architecture.md §8.2, "A table replaced mid-batch").
     """
 
     pipeline: str
@@ -136,6 +142,7 @@ class SinkContext:
     changes: list[str] = field(default_factory=list)
     secrets: tuple[str, ...] = ()
     sinks: tuple[str, ...] = ()
+    accept_lost: bool = False
 
     def would(self, change: str) -> None:
         """Record what the run would create or change that is not there yet, in words

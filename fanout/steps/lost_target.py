@@ -64,10 +64,13 @@ def refuse_lost_targets(
     last marked batch that wrote rows; return that of each such sink of ``lags`` (those with
     ``on_failure="lag"``: they lag with it, the run goes on). A sink in ``accepted``
     (``accept_lost_targets``) whose target lost it writes on: its loss is accepted for this
-    run, and a warning logged; one whose target holds it has no loss to accept, and the
-    warning says to drop the flag (left on a later command line it would accept the
-    target's next loss unseen). ``timeouts``: the sinks with ``write_timeout_s``, whose
-    answer is waited for that long (no answer: cannot tell, the run goes on as before).
+    run, and a warning logged; one whose target holds it has no loss to accept at the
+    start, and the warning says to drop the flag (left on a later command line it would
+    accept the target's next loss unseen) unless the sink's refusal of a replayed batch
+    named it (a PostgreSQL append batch whose marks name a table replaced under its name
+    since: :attr:`fanout.SinkContext.accept_lost`). ``timeouts``: the sinks with
+    ``write_timeout_s``, whose answer is waited for that long (no answer: cannot tell, the
+    run goes on as before).
     ``pipeline_file``: the file ``fanout run`` runs (absolute), which the refusal's command
     names."""
     bounds = timeouts or {}
@@ -89,7 +92,8 @@ def refuse_lost_targets(
                 log.warning(
                     "pipeline %s, sink %s: accept_lost_targets (--accept-lost-target %s): "
                     "%s holds batch %s of epoch %s, which the ledger marks written there: "
-                    "there is no loss to accept; drop the flag (left on, it accepts this "
+                    "there is no loss to accept at the start: drop the flag, unless the "
+                    "sink's refusal of a replayed batch named it (left on, it accepts this "
                     "target's next loss unseen)", pipeline, name, name,
                     redact(target_text(sink), sink.secret_values()), batch, epoch,
                 )  # fmt: skip

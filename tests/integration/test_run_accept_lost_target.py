@@ -68,7 +68,8 @@ def test_accept_lost_target_writes_on_once_and_says_so_when_nothing_is_lost(
     assert (
         "WARNING fanout: pipeline clicks, sink bronze: accept_lost_targets "
         f"(--accept-lost-target bronze): path '{tmp_path / 'bronze'}' holds batch 1 of epoch "
-        "0, which the ledger marks written there: there is no loss to accept; drop the flag "
-        "(left on, it accepts this target's next loss unseen)"
+        "0, which the ledger marks written there: there is no loss to accept at the start: "
+        "drop the flag, unless the sink's refusal of a replayed batch named it (left on, it "
+        "accepts this target's next loss unseen)"
     ) in out
     assert id_counts(delta_rows(tmp_path / "bronze")) == {3: 1, 4: 1, 5: 1, 6: 1, 7: 1, 8: 1}

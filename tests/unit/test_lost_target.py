@@ -137,8 +137,8 @@ def test_an_accepted_sink_whose_target_holds_its_mark_is_told_to_drop_the_flag(
     assert [r.getMessage() for r in caplog.records] == [
         "pipeline p, sink a: accept_lost_targets (--accept-lost-target a): path "
         "'/data/silver' holds batch 0 of epoch 0, which the ledger marks written there: there "
-        "is no loss to accept; drop the flag (left on, it accepts this target's next loss "
-        "unseen)"
+        "is no loss to accept at the start: drop the flag, unless the sink's refusal of a "
+        "replayed batch named it (left on, it accepts this target's next loss unseen)"
     ]
 
 

@@ -255,38 +255,97 @@ class MovedMarks:
 
 
 def moved_marks(
-    conn: Any, state_schema: str, scope: str, sink: str, batch_id: int, table: str
-) -> MovedMarks | None:
-    """Append: the progress marks of one batch of one sink that record another table than
+    conn: Any, state_schema: str, scope: str, sink: str, batch_id: int, table: str,
+    mode: str = "append",
+) -> MovedMarks | None:  # fmt: skip
+    """The progress marks (upsert: the ``upsert_routes`` rows, which record the table's
+    name from migration ``0008_upsert_routes_target``; one of an older fanout, no name,
+    is never moved) of one batch of one sink that record another table than
     ``table`` (SQL, as the statements name it): another OID (migration ``0006_target_oid``)
     *and* another name (``target``, the sink's option as the partition wrote it). The
     sink's ``table`` moved since they committed: they say nothing of the table it names
     now, and a replay skipping their partitions would leave it without their rows
     (docs/architecture.md §8.2, "A table moved mid-batch"). Another OID under the same name
-    is a table dropped and created again, or restored from a dump
-    (:meth:`~fanout_postgres.PostgresSink.target_replaced` tells those), not a move; the
+    is a table replaced (:func:`other_table_marks`; at a start
+    :meth:`~fanout_postgres.PostgresSink.target_replaced` tells those), not a move; the
     same OID under another name (``orders`` and ``public.orders``, a table renamed with
-    the option) is the same table. ``None``: none. One query, asked only where marks of
-    the batch were found (a replay) or by ``holds_batch`` (a start)."""
+    the option) is the same table. ``None``: none. One query, asked by ``holds_batch`` and
+    ``target_replaced`` (a start)."""
+    return other_table_marks(conn, state_schema, scope, sink, batch_id, table, same_name=False,
+                             mode=mode)[0]  # fmt: skip
+
+
+def other_table_marks(
+    conn: Any, state_schema: str, scope: str, sink: str, batch_id: int, table: str,
+    same_name: bool = True, mode: str = "append",
+) -> tuple[MovedMarks | None, MovedMarks | None]:  # fmt: skip
+    """Append: the progress marks of one batch of one sink that record another OID than
+    ``table``'s now (``None`` when it is missing), split by the name they record: those of
+    another name (the table moved: :func:`moved_marks`), then, with ``same_name``, those
+    of ``table``'s own name: the table renamed away, or dropped, and another created or
+    restored from a dump under its name since they committed (docs/architecture.md §8.2,
+    "A table replaced mid-batch"); each ``None`` when there are none. One query, asked on a
+    replay only (the batch has marks)."""
     import sqlalchemy as sa
 
-    p = progress_table(state_schema)
+    p = progress_table(state_schema) if mode == "append" else upsert_routes_table(state_schema)
     now = _current_oid_query(table)
-    query = (
-        sa.select(p.c.partition, p.c.target, p.c.target_oid, now)
-        .where(
-            p.c.pipeline == scope, p.c.sink == sink, p.c.batch_id == batch_id,
-            p.c.target_oid.isnot(None), p.c.target_oid != sa.func.coalesce(now, -1),
-            p.c.target != table,
-        )
-        .order_by(p.c.partition)
-    )  # fmt: skip
-    rows = conn.execute(query).all()
+    where = [
+        p.c.pipeline == scope, p.c.sink == sink, p.c.batch_id == batch_id,
+        p.c.target_oid.isnot(None), p.c.target_oid != sa.func.coalesce(now, -1),
+    ]  # fmt: skip
+    if not same_name:  # an upsert row of an older fanout (no name): none
+        where.append(p.c.target != table)
+    query = sa.select(p.c.partition, p.c.target, p.c.target_oid, now).where(*where)
+    rows = conn.execute(query.order_by(p.c.partition)).all()
+    return (
+        _marks_of([r for r in rows if r[1] != table]),
+        _marks_of([r for r in rows if r[1] == table]),
+    )
+
+
+def _marks_of(rows: Sequence[Any]) -> MovedMarks | None:
+    """The first table (name and OID) ``rows`` (partition, target, OID, OID now) name,
+    with its partitions; ``None`` for no rows."""
     if not rows:
         return None
     _, target, oid, current = rows[0]
     parts = [int(row[0]) for row in rows if (row[1], row[2]) == (target, oid)]
     return MovedMarks(parts, str(target), int(oid), None if current is None else int(current))
+
+
+def repoint_marks_sql(
+    state_schema: str, scope: str, sink: str, batch_id: int, oid: int, now: int
+) -> str:
+    """The ``UPDATE`` that makes the progress marks of one batch recorded in table OID
+    ``oid`` name table OID ``now`` (a table restored from a dump that holds their rows:
+    the replay then skips their partitions)."""
+    from fanout.contract.sql import sql_literal
+    from fanout_postgres.identifiers import quote
+
+    return (
+        f"UPDATE {quote(state_schema)}.progress SET target_oid = {now} WHERE pipeline = "
+        f"{sql_literal(scope)} AND sink = {sql_literal(sink)} AND batch_id = {batch_id} "
+        f"AND target_oid = {oid}"
+    )
+
+
+def forget_replaced_marks(
+    conn: Any, state_schema: str, scope: str, sink: str, batch_id: int, oid: int
+) -> int:
+    """Delete the progress marks of one batch recorded in table OID ``oid`` (a table
+    replaced under its name: the run accepts the loss, and the replay writes the whole
+    batch into the table as it is); how many were deleted."""
+    import sqlalchemy as sa
+
+    p = progress_table(state_schema)
+    deleted = conn.execute(
+        sa.delete(p).where(
+            p.c.pipeline == scope, p.c.sink == sink, p.c.batch_id == batch_id,
+            p.c.target_oid == oid,
+        )
+    )  # fmt: skip
+    return int(deleted.rowcount or 0)
 
 
 def _current_oid_query(table: str) -> Any:

@@ -48,6 +48,7 @@ from fanout.errors import (
     SinkUnreachableError,
     SinkWriteError,
     TransientSinkError,
+    shell_word,
 )
 from fanout.observe.secrets import redact
 from fanout.partitioned.membership import CommittedPartition, PartitionPlan, quoted
@@ -71,14 +72,18 @@ from fanout_postgres.keyhash import hashed
 from fanout_postgres.membership import (
     REWRITES,
     VOLATILE_KEYS,
+    MovedMarks,
     batch_names,
     committed_marks,
     committed_partitions,
     current_oid,
+    forget_replaced_marks,
     letters_waiting,
     moved_marks,
+    other_table_marks,
     partition_columns,
     relation_bytes,
+    repoint_marks_sql,
     target_oids,
     upsert_records,
     upsert_routes,
@@ -226,6 +231,9 @@ class PostgresSink(PartitionedSink):
         # (append; an upsert with a dead-letter target), or this sink in the other mode
         # (append); a batch refused keeps it, so the same batch given again is asked again
         self._vanished_unasked: tuple[str, ...] = ()
+        # this run accepts the loss of the table (accept_lost_targets): a replay whose marks
+        # name a table replaced under the sink's table name writes the batch whole
+        self._accept_lost = False
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
         self._plans: dict[str, WritePlan] = {}
         self._shapes: dict[str, Any] = {}  # schema -> the table's columns it was planned on
@@ -260,6 +268,7 @@ class PostgresSink(PartitionedSink):
         # would be written twice: §8.2, "A sink renamed mid-batch")
         asks = self.mode == "append" or self._dead is not None
         self._vanished_unasked = tuple(context.sinks) if asks else ()
+        self._accept_lost = context.accept_lost
         engine = self._engine()
         try:
             with engine.connect() as conn:
@@ -510,7 +519,7 @@ class PostgresSink(PartitionedSink):
             )
             self._refuse_other_query(batch, found)
             if found:  # a replay: were they committed to the table the sink names now?
-                self._refuse_moved(conn, batch)
+                found = self._refuse_moved(conn, batch, found)
             elif self._vanished_unasked:  # spent once passed: a refused batch is asked again
                 self._refuse_vanished_sink(conn, batch, self._vanished_unasked)
                 self._refuse_switched_mode(conn, batch)
@@ -632,20 +641,39 @@ class PostgresSink(PartitionedSink):
             batch_id=batch.batch_id,
         )
 
-    def _refuse_moved(self, conn: Any, batch: Batch) -> None:
-        """Append, on a replay (the batch has marks): refuse, before any partition writes,
-        a batch whose marks recorded another table than the sink's now (another OID and
-        another name: :func:`~fanout_postgres.membership.moved_marks`): ``table`` moved
-        after they committed and before the ledger mark. The replay would skip their
-        partitions, and the table named now would never get those rows. One query, only on
-        a replay."""
+    def _refuse_moved(
+        self, conn: Any, batch: Batch, found: list[tuple[CommittedPartition, str | None]]
+    ) -> list[tuple[CommittedPartition, str | None]]:
+        """Append, on a replay (the batch has marks ``found``): refuse, before any partition
+        writes, a batch whose marks recorded another table than the sink's now
+        (:func:`~fanout_postgres.membership.other_table_marks`): ``table`` moved after they
+        committed and before the ledger mark (another OID and another name), or the table
+        of that name replaced (another OID, the same name: renamed away, or dropped, and
+        another created or restored from a dump). The replay would skip their partitions,
+        and the table named now would never get those rows. A replaced table, when the run
+        accepts its loss (``accept_lost_targets``): those marks are deleted, and the replay
+        writes their partitions into the table as it is (the marks left returned), those
+        of each replaced table in turn (the name replaced twice, once mid-batch). One
+        query, only on a replay (accepted: one more per replaced table forgotten)."""
         table = self._table
         assert table is not None  # open() resolved it
         scope = _scope(batch)
-        moved = moved_marks(conn, self.state_schema, scope, self.name, batch.batch_id,
-                            table.quoted())  # fmt: skip
+        moved, replaced = other_table_marks(conn, self.state_schema, scope, self.name,
+                                            batch.batch_id, table.quoted())  # fmt: skip
+        gone: set[int] = set()
+        while moved is None and replaced is not None:
+            if not self._accept_lost:
+                self._refuse_replaced(batch, replaced)
+            self._forget_replaced(batch, replaced)
+            gone.update(replaced.partitions)
+            # marks of another table replaced too (the name replaced twice, one of them
+            # mid-batch): each OID is forgotten in turn, one query more each (accepted only)
+            moved, replaced = other_table_marks(conn, self.state_schema, scope, self.name,
+                                                batch.batch_id, table.quoted())  # fmt: skip
+        if gone and moved is None:
+            return [(mark, query) for mark, query in found if mark.partition not in gone]
         if moved is None:
-            return
+            return found
         now = "none: it does not exist" if moved.now is None else str(moved.now)
         forget = (
             f"DELETE FROM {quote(self.state_schema)}.progress WHERE pipeline = "
@@ -666,6 +694,57 @@ class PostgresSink(PartitionedSink):
             sink=self.name,
             batch_id=batch.batch_id,
         )
+
+    def _refuse_replaced(self, batch: Batch, replaced: MovedMarks) -> None:
+        """Refuse a replay whose marks ``replaced`` recorded another table under the sink's
+        table name (:meth:`_refuse_moved`), naming the ways on."""
+        table, scope, batch_id = self._table, _scope(batch), batch.batch_id
+        now = (
+            f"no table {table} exists now" if replaced.now is None
+            else f"table {table} has OID {replaced.now} now"
+        )  # fmt: skip
+        repoint = (
+            "" if replaced.now is None
+            else " A dump taken after the crash may already hold them: then accepting would "
+            "write them a second time; instead make the marks name the table as it is, and "
+            "the replay skips their partitions (each row once): "
+            + repoint_marks_sql(self.state_schema, scope, self.name, batch_id, replaced.oid,
+                                replaced.now)
+        )  # fmt: skip
+        raise SinkWriteError(
+            f"{self.state_schema}.progress marks partition(s) {replaced.partitions} of batch "
+            f"{batch_id} of this sink as committed to table {table} (OID {replaced.oid}), "
+            f"but {now}: {REPLACED_UNDER_ITS_NAME} (or restored from a dump) after they "
+            "committed and before the "
+            f"ledger mark. The replay skips the partitions marked committed, so {table} "
+            f"would lack their rows, and nothing was written. Bring the table of OID "
+            f"{replaced.oid} back under the name {table} (ALTER TABLE ... RENAME TO) and "
+            f"restart: the replay completes batch {batch_id} there. Or accept the loss for "
+            f"this run (`fanout run PIPELINE.toml --accept-lost-target "
+            f"{shell_word(self.name)}`, FanOut(accept_lost_targets=[{self.name!r}])): it "
+            f"writes all of batch {batch_id} into {table} as it is, once (its committed "
+            f"part stays in the table of OID {replaced.oid}).{repoint}",
+            sink=self.name,
+            batch_id=batch_id,
+        )
+
+    def _forget_replaced(self, batch: Batch, replaced: MovedMarks) -> None:
+        """The run accepts the loss of the table (``accept_lost_targets``): delete the
+        batch's marks ``replaced`` recorded in the table replaced under its name, logged,
+        so that the replay writes their partitions into the table as it is, once (marked
+        anew there in their transactions; a driver dying before then leaves no mark of the
+        old table, and the next replay writes them there too)."""
+        with self._engine().begin() as conn:
+            forget_replaced_marks(conn, self.state_schema, _scope(batch), self.name,
+                                  batch.batch_id, replaced.oid)  # fmt: skip
+        logger.warning(
+            "sink %r, batch %d: accept_lost_targets: partition(s) %s committed the batch to "
+            "table %s of OID %d, not the table of that name now (OID %s): their progress "
+            "marks deleted, the replay writes all of the batch into it (the committed part "
+            "stays in the table of OID %d, if it is kept)",
+            self.name, batch.batch_id, replaced.partitions, self._table, replaced.oid,
+            replaced.now, replaced.oid,
+        )  # fmt: skip
 
     def _refuse_waiting_letters(self, conn: Any, batch: Batch) -> None:
         """Without a dead-letter target now, refuse a replay whose committed partitions keep
@@ -751,26 +830,20 @@ class PostgresSink(PartitionedSink):
                                        batch_id).values())  # fmt: skip
                 if current_oid(conn, table.quoted()) not in oids:
                     return None if oids == {None} else False
-            unknown = False  # an upsert row of an older fanout: its refused rows uncounted
-            if self.mode == "append" and name == self.name and self._moved(conn, scope, batch_id):
+            mode: str = self.mode
+            if name == self.name and self._moved(conn, scope, batch_id):
                 return None
-            if self.mode == "append":
-                marks = committed_partitions(conn, self.state_schema, scope, name, batch_id)
-                counts: set[int | None] = {m.partitions for m in marks}
-                partitions = {m.partition for m in marks}
-            else:
-                recorded = upsert_records(conn, self.state_schema, scope, name, batch_id)
-                counts, partitions = {r.partitions for r in recorded.values()}, set(recorded)
-                waiting = sum(r.waiting for r in recorded.values())
-                unknown = any(r.refused is None for r in recorded.values())
-                if unknown and isinstance(self._dead, PostgresDeadLetters):
-                    unknown = not refused_held(conn, self._dead.table, scope, name,
-                                               batch_id)  # fmt: skip
+            read = self._records(conn, mode, scope, name, batch_id)
+            if not read[1] and name == self.name:  # none: written in the other mode?
+                other = self._other_mode(conn, scope, batch_id, said=True)
+                if other is not None:
+                    mode, read = other, self._records(conn, other, scope, name, batch_id)
+            counts, partitions, waiting, unknown = read
             count = counts.pop() if len(counts) == 1 else None
             held = _held(len(partitions), count)
             if held is not True:
                 return held
-            if self.mode == "append":
+            if mode == "append":
                 waiting = sum(letters_waiting(conn, self.state_schema, scope, name,
                                               batch_id).values())  # fmt: skip
         if unknown:
@@ -779,23 +852,75 @@ class PostgresSink(PartitionedSink):
             return PartlyHeld(len(partitions), count, letters=waiting)
         return True
 
+    def _records(
+        self, conn: Any, mode: str, scope: str, name: str, batch_id: int
+    ) -> tuple[set[int | None], set[int], int, bool]:
+        """The partition counts and partitions sink ``name``'s records of ``mode`` (progress
+        marks: append; ``upsert_routes`` rows: upsert) hold of the batch, with upsert's
+        refused rows waiting for the dead-letter target and whether an older fanout's rows
+        left some uncounted (append's waiting letters: read once the batch is held whole,
+        :meth:`_holds`). One query."""
+        if mode == "append":
+            marks = committed_partitions(conn, self.state_schema, scope, name, batch_id)
+            return {m.partitions for m in marks}, {m.partition for m in marks}, 0, False
+        recorded = upsert_records(conn, self.state_schema, scope, name, batch_id)
+        unknown = any(r.refused is None for r in recorded.values())
+        if unknown and isinstance(self._dead, PostgresDeadLetters):
+            unknown = not refused_held(conn, self._dead.table, scope, name, batch_id)
+        waiting = sum(r.waiting for r in recorded.values())
+        return {r.partitions for r in recorded.values()}, set(recorded), waiting, unknown
+
+    def _other_mode(self, conn: Any, scope: str, batch_id: int, *, said: bool) -> str | None:
+        """The other mode than the sink's ``mode`` now when its records (progress marks:
+        append; ``upsert_routes`` rows: upsert) hold the sink's batch ``batch_id``, the
+        sink's own mode's records holding none (its callers read those first): ``mode``
+        switched between runs, after the batch was marked, and the batch's rows are in
+        the table all the same; ``said``: logged, saying what the switch means for the
+        batches after it. ``None``: they hold none of it either. One query, asked by
+        :meth:`holds_batch` and :meth:`target_replaced` only when the mode's own records
+        hold none of the batch. Up to this version those read the mode's own records only,
+        and a switch between runs read as a table created again empty
+        (docs/architecture.md §8.2, "A mode switched between runs")."""
+        other = "upsert" if self.mode == "append" else "append"
+        if not target_oids(conn, self.state_schema, other, scope, self.name, batch_id):
+            return None
+        if said:
+            then = (
+                "appends each row of its later batches: a key the table holds already is "
+                "a second row, or under a unique index a refused row (kept in the "
+                "dead-letter target; without one its batch fails, naming the row)"
+                if self.mode == "append"
+                else "upserts its later batches by key"
+            )  # fmt: skip
+            logger.warning(
+                "sink %r: batch %d (%s) was written in %s mode, and the sink is in %s mode "
+                "now: option 'mode' switched since; the table holds the batch by its %s "
+                "records, and the sink %s",
+                self.name, batch_id, scope, other, self.mode, other, then,
+            )  # fmt: skip
+        return other
+
     def _moved(self, conn: Any, scope: str, batch_id: int) -> bool:
-        """Append, in :meth:`holds_batch`: whether marks of the batch recorded another table
-        than the sink's now (:func:`~fanout_postgres.membership.moved_marks`: ``table``
-        moved since), logged. They say nothing of the table named now: "cannot tell"
-        (``None``), so a checkpoint reset's start writes the batch into it (not refused,
-        no lost mark recorded for a batch it lacks) and a run's lost-target check lets a
-        moved table pass as before (:meth:`target_replaced` still names an empty one)."""
+        """In :meth:`holds_batch`: whether the sink's progress marks (upsert: its
+        ``upsert_routes`` rows, from migration ``0008_upsert_routes_target``) of the batch
+        recorded another table than the sink's now
+        (:func:`~fanout_postgres.membership.moved_marks`: ``table`` moved since), logged.
+        They say nothing of the table named now: "cannot tell" (``None``), so a checkpoint
+        reset's start writes the batch into it (not refused, no lost mark recorded for a
+        batch it lacks) and a run's lost-target check lets a moved table pass as before
+        (:meth:`target_replaced` still names an empty one)."""
         table = self._table
         assert table is not None  # _target_gone said it is there
-        moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id, table.quoted())
+        moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id, table.quoted(),
+                            self.mode)  # fmt: skip
         if moved is None:
             return False
         logger.warning(
-            "sink %r: its progress marks of batch %d (partition(s) %s) name table %s (OID "
-            "%d), not %s, its table now: option 'table' moved since; they cannot tell "
-            "whether %s holds the batch",
-            self.name, batch_id, moved.partitions, moved.table, moved.oid, table, table,
+            "sink %r: its %s of batch %d (partition(s) %s) name table %s (OID %d), not %s, "
+            "its table now: option 'table' moved since; they cannot tell whether %s holds "
+            "the batch",
+            self.name, "progress marks" if self.mode == "append" else "upsert_routes rows",
+            batch_id, moved.partitions, moved.table, moved.oid, table, table,
         )  # fmt: skip
         return True
 
@@ -854,7 +979,11 @@ class PostgresSink(PartitionedSink):
     def _replaced(self, conn: Any, table: TableName, scope: str, batch_id: int) -> str | None:
         """Why ``table`` is not the one the batch's records name (:meth:`target_replaced`),
         logged; ``None`` when it is, or cannot tell."""
-        oids = target_oids(conn, self.state_schema, self.mode, scope, self.name, batch_id)
+        mode: str = self.mode
+        oids = target_oids(conn, self.state_schema, mode, scope, self.name, batch_id)
+        if not oids:  # none: written in the other mode? (switched between runs)
+            mode = self._other_mode(conn, scope, batch_id, said=False) or mode
+            oids = target_oids(conn, self.state_schema, mode, scope, self.name, batch_id)
         now = current_oid(conn, table.quoted())
         gone = {p for p, oid in oids.items() if oid is not None and oid != now}
         if gone and relation_bytes(conn, table.quoted()) > 0:
@@ -867,10 +996,9 @@ class PostgresSink(PartitionedSink):
             return None
         if not gone:
             return None
-        moved = None
-        if self.mode == "append":  # their marks name the table: moved, not created again?
-            moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id,
-                                table.quoted())  # fmt: skip
+        # their records name the table: moved, not created again? (an upsert's from 0008)
+        moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id,
+                            table.quoted(), mode)  # fmt: skip
         if moved is not None:
             logger.warning(
                 "sink %r: table %s (OID %s), empty, is not table %s (OID %d), which "
@@ -885,8 +1013,8 @@ class PostgresSink(PartitionedSink):
                 f"again, and the batches written before stay in {moved.table}"
             )
         logger.warning(
-            "sink %r: table %s (OID %s) is not the table partition(s) %s of batch %d "
-            "were written to (OID %s): it was dropped and created again since",
+            "sink %r: table %s (OID %s), empty, is not the table partition(s) %s of batch "
+            "%d were written to (OID %s): renamed away or dropped, and created again since",
             self.name, table, now, sorted(gone), batch_id,
             ", ".join(sorted({str(oids[p]) for p in gone})),
         )  # fmt: skip
@@ -894,7 +1022,9 @@ class PostgresSink(PartitionedSink):
             f"table {table} has OID {now} now, not "
             f"{', '.join(sorted({str(oids[p]) for p in gone}))}, which partition(s) "
             f"{', '.join(str(p) for p in sorted(gone))} of batch {batch_id} were written to "
-            "(their records in state_schema), and holds no row"
+            f"(their records in state_schema), and holds no row: {REPLACED_UNDER_ITS_NAME} "
+            "since (accepted, a batch the old table took whose ledger mark was lost is "
+            "written whole into this one at its replay)"
         )
 
     def _target_gone(self, conn: Any) -> bool:
@@ -1413,6 +1543,14 @@ class PostgresSink(PartitionedSink):
         partition and the server's message. Transient when every failure is."""
         self._direct.record(outcomes)
         return batch_error(self._table, failed, self.secret_values(), self.name, batch.batch_id)
+
+
+REPLACED_UNDER_ITS_NAME = (
+    "the table was renamed away, or dropped, and another created under its name"
+)
+"""What another OID under the sink's table name means: in the run start's lost-target
+reason (:meth:`PostgresSink.target_replaced`) and the replay's refusal
+(:meth:`PostgresSink._refuse_replaced`)."""
 
 
 def _shape(conn: Any, table: TableName) -> list[tuple[Any, ...]]:

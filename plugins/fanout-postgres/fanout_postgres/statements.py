@@ -545,6 +545,7 @@ def _route_statements(state_schema: str) -> str:
         route=sa.bindparam("route"),
         partitions=sa.bindparam("partitions"),
         target_oid=target_oid(),
+        target=sa.bindparam("target", type_=sa.Text),
         refused=sa.literal_column("0"),
         kept_in=sa.null(),
     )
@@ -554,6 +555,7 @@ def _route_statements(state_schema: str) -> str:
             "route": insert.excluded.route,
             "partitions": insert.excluded.partitions,
             "target_oid": insert.excluded.target_oid,
+            "target": insert.excluded.target,
             "refused": insert.excluded.refused,
             "kept_in": insert.excluded.kept_in,
             "committed_at": sa.func.now(),

@@ -261,6 +261,7 @@ class PartitionTransaction:
             **self.key,
             "route": self.meta.route,
             "partitions": self.plan.partitions,
+            "target": self.plan.table,
             "target_table": self.plan.target or self.plan.table,
             "keep_from": keep_from,
         }

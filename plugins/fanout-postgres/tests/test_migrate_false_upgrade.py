@@ -43,7 +43,7 @@ def _at_0003(pg_url: str) -> str:
 def _problem(shown: str) -> str:
     return (
         "postgres sink 'pg' (table events): fanout's tables in schema 'fanout' are at "
-        "revision 0003_progress_route, not 0007_upsert_routes_refused (missing: column "
+        "revision 0003_progress_route, not 0008_upsert_routes_target (missing: column "
         "fanout.progress.target_oid, table fanout.upsert_routes); run `fanout migrate "
         f"--url {shlex.quote(shown)} --schema fanout` or set migrate: true"
     )
@@ -63,7 +63,7 @@ def test_an_upsert_sink_at_revision_0003_is_refused_at_open(pg_url: str) -> None
     assert command[:3] == ["fanout", "migrate", "--url"]
     assert main(command[1:]) == 0  # the command as named
     assert query(pg_url, "SELECT version_num FROM fanout.alembic_version") == [
-        ("0007_upsert_routes_refused",)
+        ("0008_upsert_routes_target",)
     ]
     sink.open(SinkContext("old"))  # now at head: fine
     sink.close()

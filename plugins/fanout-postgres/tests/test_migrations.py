@@ -318,7 +318,7 @@ def test_target_oid_downgrades_keeping_the_marks_and_upgrades_again(pg_url: str)
 
 UPSERT_ROUTES_COLUMNS = [
     "pipeline", "sink", "batch_id", "partition", "route", "committed_at", "partitions",
-    "target_oid", "refused", "kept_in",
+    "target_oid", "refused", "kept_in", "target",
 ]  # fmt: skip
 
 
@@ -402,8 +402,9 @@ def test_upsert_routes_of_0006_keep_their_rows_uncounted_and_read_cautiously(
 def test_upsert_routes_refused_downgrades_keeping_the_rows_and_upgrades_again(
     pg_url: str,
 ) -> None:
-    """Revision 0007 down to 0006 drops ``refused`` and ``kept_in`` and keeps the rows;
-    upgrading again adds them back, empty (those rows then read as an older fanout's)."""
+    """Revision 0007 down to 0006 drops ``refused`` and ``kept_in`` (and 0008's ``target``)
+    and keeps the rows; upgrading again adds them back, empty (those rows then read as an
+    older fanout's)."""
     from alembic import command
     from fanout_postgres.migrate import ALEMBIC_LOCK, _alembic_config
 
@@ -419,7 +420,7 @@ def test_upsert_routes_refused_downgrades_keeping_the_rows_and_upgrades_again(
         command.downgrade(_alembic_config("dn7", conn), "0006_target_oid")
     engine.dispose()
     assert query(pg_url, "SELECT version_num FROM dn7.alembic_version") == [("0006_target_oid",)]
-    assert _columns(pg_url, "dn7", "upsert_routes") == UPSERT_ROUTES_COLUMNS[:-2]
+    assert _columns(pg_url, "dn7", "upsert_routes") == UPSERT_ROUTES_COLUMNS[:-3]
     rows = "SELECT batch_id, partition, route, partitions FROM dn7.upsert_routes ORDER BY 2"
     assert query(pg_url, rows) == [(3, 0, "r", 2), (3, 1, "r", 2)]
 

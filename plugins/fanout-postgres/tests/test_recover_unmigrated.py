@@ -51,10 +51,10 @@ def test_recover_on_tables_before_0005_names_fanout_migrate_and_migrates_nothing
         "  events: cannot tell whether it holds batch 1: ConfigurationError: postgres sink "
         f"'events' (table events_{schema}): cannot read its records of batch 1 of "
         f"epoch 0: fanout's tables in schema '{schema}' are at revision 0004_upsert_routes, "
-        f"not 0007_upsert_routes_refused (missing: column {schema}.progress.target_oid, "
+        f"not 0008_upsert_routes_target (missing: column {schema}.progress.target_oid, "
         f"column {schema}.upsert_routes.partitions, column {schema}.upsert_routes.target_oid, "
-        f"column {schema}.upsert_routes.refused, column {schema}.upsert_routes.kept_in); the "
-        "database needs `fanout migrate --url "
+        f"column {schema}.upsert_routes.refused, column {schema}.upsert_routes.kept_in, "
+        f"column {schema}.upsert_routes.target); the database needs `fanout migrate --url "
     ), line
     assert line.endswith(f" --schema {schema}` first (a read-only check migrates nothing)"), line
     assert query(pg_url, f'SELECT version_num FROM "{schema}".alembic_version') == [
@@ -85,9 +85,10 @@ def test_target_replaced_on_tables_before_0006_names_fanout_migrate(pg_url: str)
         f"postgres sink 'events' (table events_{schema}): cannot read the table OIDs its "
         "records of batch 1 of epoch 0 name: fanout's tables in schema "
         f"'{schema}' are at revision 0005_upsert_routes_partitions, not "
-        f"0007_upsert_routes_refused (missing: column {schema}.progress.target_oid, column "
+        f"0008_upsert_routes_target (missing: column {schema}.progress.target_oid, column "
         f"{schema}.upsert_routes.target_oid, column {schema}.upsert_routes.refused, column "
-        f"{schema}.upsert_routes.kept_in); the database needs `fanout migrate --url "
+        f"{schema}.upsert_routes.kept_in, column {schema}.upsert_routes.target); the database "
+        "needs `fanout migrate --url "
     ), said
     assert said.endswith(f" --schema {schema}` first (a read-only check migrates nothing)")
     assert behind.value.__cause__ is not None
@@ -116,8 +117,9 @@ def test_an_upsert_holds_batch_on_tables_at_0006_names_fanout_migrate(pg_url: st
     assert said.startswith(
         f"postgres sink 'events' (table events_{schema}): cannot read its records of batch 1 "
         f"of epoch 0: fanout's tables in schema '{schema}' are at revision 0006_target_oid, "
-        f"not 0007_upsert_routes_refused (missing: column {schema}.upsert_routes.refused, "
-        f"column {schema}.upsert_routes.kept_in); the database needs `fanout migrate --url "
+        f"not 0008_upsert_routes_target (missing: column {schema}.upsert_routes.refused, "
+        f"column {schema}.upsert_routes.kept_in, column {schema}.upsert_routes.target); the "
+        "database needs `fanout migrate --url "
     ), said
     assert query(pg_url, f'SELECT version_num FROM "{schema}".alembic_version') == [
         ("0006_target_oid",)

@@ -22,10 +22,13 @@ from fanout import BatchFailedError, BatchInfo, FanOut, TargetLostError
 from fanout.testing.faults import MarkLost
 
 
-def _fan(url: str, ledger: Any, **options: Any) -> FanOut:
-    sink = {"type": "postgres", "name": "pg", "url": url, "table": "t1", "mode": "append",
+def _sink(url: str, **options: Any) -> dict[str, Any]:
+    return {"type": "postgres", "name": "pg", "url": url, "table": "t1", "mode": "append",
             "partitions": 2, **options}  # fmt: skip
-    return FanOut("pgmove", ledger, [sink], retries=0)
+
+
+def _fan(url: str, ledger: Any, **options: Any) -> FanOut:
+    return FanOut("pgmove", ledger, [_sink(url, **options)], retries=0)
 
 
 def _ids(url: str, table: str) -> list[int]:
@@ -209,3 +212,262 @@ def test_an_append_sink_on_an_earlier_upsert_runs_records_is_told_of_the_restart
     assert again.process(spark.range(10, 12), BatchInfo("pgmove", 0, "q2"))["pg"].rows == 2
     again.close()
     assert _ids(pg_url, "t1") == [0, 1, 2, 3, 10, 11]
+
+
+def _oid(url: str, table: str) -> int:
+    return int(query(url, f"SELECT '{table}'::regclass::oid::bigint")[0][0])
+
+
+def _restore(url: str, keep: str) -> None:
+    """``t1`` replaced by a copy of its rows ``keep`` selects (a dump restored: the same
+    name, another OID, holding rows)."""
+    execute(url, f"CREATE TABLE t1_dump AS SELECT * FROM t1 WHERE {keep}", "DROP TABLE t1",
+            "ALTER TABLE t1_dump RENAME TO t1")  # fmt: skip
+
+
+def test_the_same_name_on_another_table_between_a_crash_and_its_replay(
+    spark: Any, pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Batch 1 committed into ``t1``, its mark lost; ``t1`` renamed away and another created
+    under its name. The run's start refuses it (batch 0 lost, in the same words as the
+    replay's refusal); accepted (``accept_lost_targets``), the replay writes all of batch 1
+    into the new ``t1`` once. Before (bb398bc), the accepted replay skipped both marked
+    partitions and reported the batch written: ``t1`` stayed empty. Then ``t1`` restored
+    from a dump (another OID, holding rows) between a crash and the replay, which no start
+    check refuses: taken before the crash, the replay is refused, and accepted writes the
+    batch whole (before: skipped, ``t1`` without 8, 9); taken after it, the refusal's
+    ``UPDATE`` lets the replay skip what the dump holds (each row once)."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint)")
+    ledger = str(tmp_path / "ledger")
+    _fan(pg_url, ledger).process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    old = _oid(pg_url, "t1")
+    execute(pg_url, "ALTER TABLE t1 RENAME TO t1_old", "CREATE TABLE t1 (id bigint)")
+    new = _oid(pg_url, "t1")
+
+    with pytest.raises(TargetLostError) as lost:
+        _fan(pg_url, ledger).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    text = str(lost.value)
+    assert f"table t1 has OID {new} now, not {old}, which partition(s) 0, 1 of batch 0 " in text
+    assert "renamed away, or dropped, and another created under its name" in text
+    assert _ids(pg_url, "t1") == []
+
+    accepted = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0, accept_lost_targets=["pg"])
+    result = accepted.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))["pg"]
+    assert (result.already_written, result.rows) == (False, 4)  # before: True, 0
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]  # before: []
+    assert _ids(pg_url, "t1_old") == [0, 1, 2, 3, 4, 5, 6, 7]
+
+    # a dump taken before the crash of batch 2: no start check refuses it (t1 holds rows)
+    with pytest.raises(BatchFailedError):
+        _fan(pg_url, MarkLost(ledger, "pg")).process(
+            spark.range(8, 10), BatchInfo("pgmove", 2, "q")
+        )
+    accepted.close()
+    crashed = _oid(pg_url, "t1")
+    _restore(pg_url, "id < 8")
+    plain = _fan(pg_url, ledger)
+    with pytest.raises(BatchFailedError) as refused:
+        plain.process(spark.range(8, 10), BatchInfo("pgmove", 2, "q"))
+    plain.close()
+    text = str(refused.value.failures["pg"])
+    now = _oid(pg_url, "t1")
+    assert (
+        f"partition(s) [0, 1] of batch 2 of this sink as committed to table t1 (OID "
+        f"{crashed}), but table t1 has OID {now} now" in text
+    )
+    assert "A dump taken after the crash may already hold them" in text
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]  # before: the batch "written", without 8, 9
+    again = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0, accept_lost_targets=["pg"])
+    caplog.clear()
+    assert again.process(spark.range(8, 10), BatchInfo("pgmove", 2, "q"))["pg"].rows == 2
+    again.close()
+    # the start finds batch 1 held, yet the flag is what writes batch 2: not "drop the flag"
+    assert (
+        "holds batch 1 of epoch 0, which the ledger marks written there: there is no loss to "
+        "accept at the start: drop the flag, unless the sink's refusal of a replayed batch "
+        "named it (left on, it accepts this target's next loss unseen)" in caplog.text
+    ), caplog.text
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7, 8, 9]
+
+    # a dump taken after the crash of batch 3: it holds 10, 11; the UPDATE printed
+    with pytest.raises(BatchFailedError):
+        _fan(pg_url, MarkLost(ledger, "pg")).process(
+            spark.range(10, 12), BatchInfo("pgmove", 3, "q")
+        )
+    _restore(pg_url, "true")
+    plain = _fan(pg_url, ledger)
+    with pytest.raises(BatchFailedError) as refused:
+        plain.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))
+    text = str(refused.value.failures["pg"])
+    execute(pg_url, text[text.index("UPDATE ") :])
+    assert plain.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))["pg"].already_written
+    plain.close()
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7, 8, 9, 10, 11]
+
+
+def test_a_mode_switched_between_runs_writes_on(
+    spark: Any, pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upsert wrote and marked batch 0; the next run in append mode: the table holds batch 0
+    (by its ``upsert_routes`` rows), so the start check passes, saying the mode switched and
+    what that means, and the run appends batch 1; switched back to upsert, batch 1 (by its
+    progress marks) is held too, and batch 2 upserts (key 5 updated, not added). Before
+    (bb398bc), each switch was refused: ``holds_batch`` read only the current mode's
+    records, and the message said the table was "created again empty"."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint PRIMARY KEY, v text)")
+    ledger = str(tmp_path / "ledger")
+
+    def rows(start: int, end: int, v: str) -> Any:
+        return spark.range(start, end).selectExpr("id", f"'{v}' AS v")
+
+    _fan(pg_url, ledger, mode="upsert", keys=["id"]).process(
+        rows(0, 2, "a"), BatchInfo("pgmove", 0, "q")
+    )
+    appended = _fan(pg_url, ledger)
+    assert appended.process(rows(4, 6, "b"), BatchInfo("pgmove", 1, "q"))["pg"].rows == 2
+    appended.close()
+    assert (
+        "batch 0 (pgmove) was written in upsert mode, and the sink is in append mode now: "
+        "option 'mode' switched since; the table holds the batch by its upsert records, and "
+        "the sink appends each row of its later batches: a key the table holds already is a "
+        "second row, or under a unique index a refused row (kept in the dead-letter target; "
+        "without one its batch fails, naming the row)" in caplog.text
+    )
+    upserted = _fan(pg_url, ledger, mode="upsert", keys=["id"])
+    assert upserted.process(rows(5, 7, "c"), BatchInfo("pgmove", 2, "q"))["pg"].rows == 2
+    upserted.close()
+    assert "batch 1 (pgmove) was written in append mode" in caplog.text
+    assert query(pg_url, "SELECT id, v FROM t1 ORDER BY id") == [
+        (0, "a"), (1, "a"), (4, "b"), (5, "c"), (6, "c")
+    ]  # fmt: skip
+
+
+def test_a_checkpoint_reset_after_an_upsert_table_moved_writes_the_unmarked_batch_once(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The upsert case of the test above, with a ``postgres:`` dead-letter target (without
+    one the rewrite is harmless and not asked): batch 1 committed into ``t1``, its mark
+    lost, ``table`` moved to ``t2`` and the query started on a new checkpoint. Its
+    ``upsert_routes`` rows now name ``t1`` (migration ``0008_upsert_routes_target``), so
+    the start cannot tell (not refused, no lost mark), and the new epoch writes batch 1
+    into ``t2`` once. Before (bb398bc): the rows, with only an OID, counted as holding the
+    batch and the start was refused."""
+    from fanout.ledger.delta import DeltaLedger
+
+    execute(pg_url, "CREATE TABLE t1 (id bigint PRIMARY KEY)",
+            "CREATE TABLE t2 (id bigint PRIMARY KEY)", "INSERT INTO t2 VALUES (100)")  # fmt: skip
+    ledger = str(tmp_path / "ledger")
+    upsert = {"mode": "upsert", "keys": ["id"], "dead_letter": "postgres:dead"}
+
+    def info(batch: int, query_id: str, end: int) -> BatchInfo:
+        return BatchInfo("pgmove", batch, query_id, [{"orders": {"0": end}}])
+
+    _fan(pg_url, ledger, **upsert).process(spark.range(0, 4), info(0, "q", 4))
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg"), **upsert).process(spark.range(4, 8), info(1, "q", 8))
+    sink = _sink(pg_url, table="t2", **upsert)
+    reset = FanOut("pgmove", ledger, [sink], retries=0, on_checkpoint_reset="new_epoch")
+    assert reset.process(spark.range(4, 8), info(0, "q2", 8))["pg"].rows == 4
+    reset.close()
+    assert _ids(pg_url, "t1") == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert _ids(pg_url, "t2") == [4, 5, 6, 7, 100]
+    marks = sorted(
+        (e.epoch, e.sink, e.batch_id, e.lost)
+        for e in DeltaLedger(ledger).committed_entries("pgmove")
+    )
+    assert marks == [(0, "pg", 0, False), (1, "pg", 0, False)]
+
+
+def test_an_accepted_replay_that_fails_between_its_partitions_completes_once(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The accepted replay (``accept_lost_targets``) of a batch whose marks name a table
+    replaced under ``t1``'s name fails after partition 0 committed into the new ``t1`` and
+    before partition 1 (vetoed: the kill point between partitions, in-process). The next
+    replay, without the flag (batch 1) or with it again (batch 2), writes only what is
+    missing: each row once in the new ``t1``."""
+    from fanout.testing.faults import VetoOnce
+
+    execute(pg_url, "CREATE TABLE t1 (id bigint)")
+    ledger = str(tmp_path / "ledger")
+    _fan(pg_url, ledger).process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
+    for batch, accepted_again in ((1, False), (2, True)):
+        rows = spark.range(10 * batch, 10 * batch + 6)
+        with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+            _fan(pg_url, MarkLost(ledger, "pg")).process(rows, BatchInfo("pgmove", batch, "q"))
+        execute(pg_url, f"ALTER TABLE t1 RENAME TO t1_{batch}", "CREATE TABLE t1 (id bigint)")
+        veto = VetoOnce(batch=batch, partition=1, state=str(tmp_path / f"veto{batch}"), sink="pg")
+        accepted = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0,
+                          accept_lost_targets=["pg"], plugins=[veto])  # fmt: skip
+        with pytest.raises(BatchFailedError):
+            accepted.process(rows, BatchInfo("pgmove", batch, "q"))
+        accepted.close()
+        partial = _ids(pg_url, "t1")
+        assert 0 < len(partial) < 6 and set(partial) < set(range(10 * batch, 10 * batch + 6))
+        options: dict[str, Any] = {"accept_lost_targets": ["pg"]} if accepted_again else {}
+        again = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0, **options)
+        result = again.process(rows, BatchInfo("pgmove", batch, "q"))["pg"]
+        again.close()
+        assert _ids(pg_url, "t1") == list(range(10 * batch, 10 * batch + 6))
+        assert (result.already_written, result.rows) == (False, 6)  # the marked one counted
+        assert result.details["written"] == 6 - len(partial)
+        assert result.details["skipped_partitions"] == [0]
+
+
+def test_an_accepted_replay_whose_marks_name_two_replaced_tables_writes_the_batch_whole(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Batch 1's partition 0 committed into ``t1`` (OID A), then ``t1`` replaced (OID B)
+    and partition 1 committed there, the mark lost; replaced again (OID C) before the
+    replay. Accepted, the replay writes all of batch 1 into ``t1`` (C): the marks of both
+    replaced tables are forgotten, not only those of the first OID read."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint)")
+    ledger = str(tmp_path / "ledger")
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    execute(pg_url, "ALTER TABLE t1 RENAME TO t1_a", "CREATE TABLE t1 (id bigint)")
+    mid = _oid(pg_url, "t1")  # partition 1 committed here, mid-batch
+    execute(
+        pg_url,
+        f"UPDATE fanout.progress SET target_oid = {mid} WHERE pipeline = 'pgmove' AND "
+        "sink = 'pg' AND batch_id = 1 AND partition = 1",
+        "ALTER TABLE t1 RENAME TO t1_b",
+        "CREATE TABLE t1 (id bigint)",
+    )
+    accepted = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0, accept_lost_targets=["pg"])
+    result = accepted.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))["pg"]
+    accepted.close()
+    assert (result.already_written, result.rows) == (False, 4)
+    assert _ids(pg_url, "t1") == [4, 5, 6, 7]
+
+
+def test_the_printed_update_runs_as_printed_on_a_quoted_state_schema_and_a_qualified_table(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The refusal's ``UPDATE`` (a dump taken after the crash), run exactly as printed, with
+    ``state_schema`` needing quotes and ``table`` schema-qualified: the replay then skips
+    the committed partitions, each row once."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint)")
+    ledger = str(tmp_path / "ledger")
+    options = {"state_schema": "Fan State", "table": "public.t1"}
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg"), **options).process(
+            spark.range(0, 4), BatchInfo("pgmove", 0, "q")
+        )
+    crashed = _oid(pg_url, "t1")
+    _restore(pg_url, "true")
+    plain = _fan(pg_url, ledger, **options)
+    with pytest.raises(BatchFailedError) as refused:
+        plain.process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
+    text = str(refused.value.failures["pg"])
+    assert (
+        f"Fan State.progress marks partition(s) [0, 1] of batch 0 of this sink as committed "
+        f"to table public.t1 (OID {crashed}), but table public.t1 has OID "
+        f"{_oid(pg_url, 't1')} now" in text
+    ), text
+    execute(pg_url, text[text.index("UPDATE ") :])
+    assert plain.process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))["pg"].already_written
+    plain.close()
+    assert _ids(pg_url, "t1") == [0, 1, 2, 3]
