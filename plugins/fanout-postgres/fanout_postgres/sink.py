@@ -711,6 +711,10 @@ class PostgresSink(PartitionedSink):
             + repoint_marks_sql(self.state_schema, scope, self.name, batch_id, replaced.oid,
                                 replaced.now)
         )  # fmt: skip
+        away = (
+            "" if replaced.now is None
+            else f", once the table named {table} now is renamed away or dropped"
+        )  # fmt: skip
         raise SinkWriteError(
             f"{self.state_schema}.progress marks partition(s) {replaced.partitions} of batch "
             f"{batch_id} of this sink as committed to table {table} (OID {replaced.oid}), "
@@ -718,7 +722,7 @@ class PostgresSink(PartitionedSink):
             "committed and before the "
             f"ledger mark. The replay skips the partitions marked committed, so {table} "
             f"would lack their rows, and nothing was written. Bring the table of OID "
-            f"{replaced.oid} back under the name {table} (ALTER TABLE ... RENAME TO) and "
+            f"{replaced.oid} back under the name {table} (ALTER TABLE ... RENAME TO){away} and "
             f"restart: the replay completes batch {batch_id} there. Or accept the loss for "
             f"this run (`fanout run PIPELINE.toml --accept-lost-target "
             f"{shell_word(self.name)}`, FanOut(accept_lost_targets=[{self.name!r}])): it "

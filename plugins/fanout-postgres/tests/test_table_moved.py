@@ -278,6 +278,10 @@ def test_the_same_name_on_another_table_between_a_crash_and_its_replay(
         f"{crashed}), but table t1 has OID {now} now" in text
     )
     assert "A dump taken after the crash may already hold them" in text
+    assert (
+        f"Bring the table of OID {crashed} back under the name t1 (ALTER TABLE ... RENAME "
+        "TO), once the table named t1 now is renamed away or dropped and restart" in text
+    )
     assert _ids(pg_url, "t1") == [4, 5, 6, 7]  # before: the batch "written", without 8, 9
     again = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0, accept_lost_targets=["pg"])
     caplog.clear()
