@@ -282,6 +282,11 @@ class CompactionError(FanoutError):
     message names the files to remove (:mod:`fanout.delta_tables.compaction`)."""
 
 
+class HistoryUnsettledError(FanoutError):
+    """A Delta table's history could not be numbered: other writers committed during each
+    of its reads (:func:`fanout.delta_tables.io.numbered_history`)."""
+
+
 class SpoolError(FanoutError):
     """The spool (the batches lagging sinks still need) cannot be read or written; the
     batch fails, so Spark replays it."""

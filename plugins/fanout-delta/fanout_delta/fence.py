@@ -140,7 +140,7 @@ def lift_fence(path: str, storage_options: Mapping[str, str] | None, app_id: str
 def fencing_epoch(table: DeltaTable) -> str:
     """Which epoch fenced (the newest fence commit among the last 100), for a refusal."""
     try:
-        for info in table.history(100):
+        for info in deltaio.numbered_history(table, 100):
             value = info.get(FENCE_KEY)
             if value is not None and value != "lifted":
                 return f"epoch {value}"

@@ -24,6 +24,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fanout.delta_tables.io import numbered_history
 from fanout.errors import CheckpointRollbackError, shell_word
 from fanout.ledger.gaps import LEDGER_UNKNOWN, ledger_note
 from fanout_delta.table_states import TableStates
@@ -137,7 +138,7 @@ def find_plan(
     ``limit`` (:data:`SEARCH_COMMITS`) commits of ``table`` (a delta-rs ``DeltaTable``),
     newest first; ``None`` when not found. Stops at a commit of the app id for an earlier
     batch: the commits of one app id come in batch order."""
-    for commit_info in table.history(SEARCH_COMMITS if limit is None else limit):
+    for commit_info in numbered_history(table, SEARCH_COMMITS if limit is None else limit):
         plan = CommitPlan.parse(commit_info)
         if plan is None or plan.app_id != app_id:
             continue
@@ -166,7 +167,7 @@ def taken_out(
     if table is None or table.transaction_version(app_id) != batch_id:
         return False
     try:
-        history = table.history(SEARCH_COMMITS)
+        history = numbered_history(table, SEARCH_COMMITS)
     except Exception as exc:  # evidence only: unreadable, skip as before
         logger.warning("cannot read the history of %s to follow its RESTOREs: %s",
                        table.table_uri, exc)  # fmt: skip
@@ -374,7 +375,7 @@ def vanished_sink_commit(
     prefix = txn_app_id(batch.pipeline, "", batch.info.epoch)
     key = batch.idempotency_key
     try:
-        history = table.history(SEARCH_COMMITS if limit is None else limit)
+        history = numbered_history(table, SEARCH_COMMITS if limit is None else limit)
     except Exception as exc:  # evidence only
         logger.warning("cannot read the history of %s to look for a renamed sink's commits: "
                        "%s", table.table_uri, exc)  # fmt: skip

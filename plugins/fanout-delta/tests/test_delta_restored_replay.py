@@ -260,3 +260,60 @@ def test_a_batch_restored_away_is_written_again_and_its_letters_kept_once(
     assert (replay.already_written, replay.dead_lettered) == (False, 2)
     assert letters(tmp_path / "a") == [(n, 10 * n + i) for n in range(3) for i in (0, 1)]
     assert ids(path) == [10 * n + i for n in range(3) for i in (2, 3)]
+
+
+class CommitsAsTheHistoryIsRead:
+    """Another writer's append (id 900) committed once, right before the first read of the
+    table's history: after the sink loaded its snapshot, before it looks for RESTOREs."""
+
+    def __init__(self, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.path, self.done = path, False
+        history = DeltaTable.history
+
+        def racing(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+            if not self.done:
+                self.done = True
+                write_deltalake(str(path), pa.table({"id": [900], "v": ["other"]}), mode="append")
+            return history(table, limit)
+
+        monkeypatch.setattr(DeltaTable, "history", racing)
+
+
+@pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
+def test_a_batch_restored_away_is_written_again_when_another_writer_commits_meanwhile(
+    tmp_path: Path, options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs (1.6) lists the history from the newest commit in storage but numbers it
+    down from the snapshot's version: a commit by another writer after the replay loaded
+    its snapshot numbered batch 2's commit and the RESTORE one lower each, so the replay
+    read the restore as undoing the commit before it, found batch 2 held, and skipped it:
+    its rows lost (the ledger then marks it)."""
+    path = tmp_path / "t"
+    sink = opened(path, **options)
+    written(sink, 3)
+    restore_to_version(path, 1)  # batch 2 was version 2; the restore is version 3
+    race = CommitsAsTheHistoryIsRead(path, monkeypatch)
+
+    replay = sink.write(batch(2))
+
+    assert race.done
+    assert ids(path) == [*range(30), 900]
+    assert replay.already_written is False
+    assert sink.write(batch(2)).already_written is True
+    assert ids(path) == [*range(30), 900]
+
+
+def test_holds_batch_says_a_batch_restored_away_is_not_held_when_another_writer_commits_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start's check of a sink's last mark (``holds_batch``) reads the history the same
+    way: a commit landing after it opened the table answered "held" for a batch restored
+    away (the start then trusted the mark: the batch lost)."""
+    path = tmp_path / "t"
+    sink = opened(path, write_from="driver")
+    written(sink, 3)
+    restore_to_version(path, 1)
+    race = CommitsAsTheHistoryIsRead(path, monkeypatch)
+
+    assert sink.holds_batch("p", 0, 2) is False
+    assert race.done
