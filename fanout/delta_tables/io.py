@@ -473,12 +473,17 @@ def numbered_history(table: DeltaTable, limit: int | None = None) -> list[dict[s
 
 
 def latest_version(table: DeltaTable) -> int:
-    """The newest version of ``table`` in storage, whatever its snapshot's (delta-rs lists
-    the log from the snapshot's version on; its binding's own call, which the Python
-    class does not expose, else a fresh snapshot)."""
+    """The newest version of ``table`` in storage, whatever its snapshot's: delta-rs'
+    binding's own call (the Python class does not expose it), which lists the log from the
+    snapshot's version on; when it cannot (no such binding call, or the log cleaned up past
+    the snapshot's version: "Invalid table version"), the version of a fresh snapshot."""
     latest = getattr(getattr(table, "_table", None), "get_latest_version", None)
     if latest is not None:
-        return int(latest())
+        try:
+            return int(latest())
+        except Exception as exc:
+            log.debug("%s: listing the log from version %d failed, loading the table: %s",
+                      table.table_uri, table.version(), exc)  # fmt: skip
     from deltalake import DeltaTable
 
     options = getattr(table, "_storage_options", None)
