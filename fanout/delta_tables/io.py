@@ -413,7 +413,11 @@ def commit_metadata(table: DeltaTable, key: str, value: str) -> dict[str, Any] |
     """The commit information of the newest commit whose custom metadata has ``key`` equal
     to ``value`` (``None`` when no commit still in the log has it: never written, or its
     commit file removed by log cleanup). Reads the newest :data:`HISTORY_FIRST_LOOK`
-    commits first, then the whole history."""
+    commits first, then the whole history.
+
+    delta-rs' own history, not :func:`numbered_history`: the match is by ``key`` and no
+    version is used, and a snapshot older than the newest commit only lists more commits
+    (never fewer than ``limit`` unless that was the whole history left)."""
     for limit in (HISTORY_FIRST_LOOK, None):
         history = table.history(limit)
         for info in history:
