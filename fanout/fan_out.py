@@ -61,7 +61,7 @@ from fanout.errors import (
 from fanout.hooks.caller import HookCaller
 from fanout.hooks.registry import load_registry, resolve_plugins
 from fanout.ledger.delta import DeltaLedger
-from fanout.ledger.entry import Ledger, ledger_location
+from fanout.ledger.entry import Ledger, ledger_key, ledger_location
 from fanout.observe.logs import batch_fields, register_secrets
 from fanout.observe.secrets import (
     location_secrets,
@@ -81,6 +81,7 @@ from fanout.sink_spec import (
     split_core_options,
     write_timeout,
 )
+from fanout.spool.table import BatchKey
 from fanout.steps.admit import Admission
 from fanout.steps.catchup import CatchUp
 from fanout.steps.context import ContextReader
@@ -358,7 +359,7 @@ class FanOut:
         if self.spool is not None:  # the refusals' `fanout recover` reads it too
             self._admission.guard.spool_location = command_location(self.spool.path)
         self._admission.guard.pipeline_file = self.pipeline_file
-        self.abandoned = AbandonedWrites.of(self.pipeline, ledger_location(self.ledger))
+        self.abandoned = AbandonedWrites.of(self.pipeline, ledger_key(self.ledger))
         """Writes abandoned at their sink's ``write_timeout_s``, while they run (those of
         an earlier FanOut of the pipeline in this process too)."""
         self.catchup = CatchUp(
@@ -376,7 +377,7 @@ class FanOut:
         # before it running; first of what releases the spool, which the one before must
         # no longer do beside this one
         if self.lagging.sinks:
-            self.catchup.take_over(ledger_location(self.ledger))
+            self.catchup.take_over()
         if self.spool is not None:
             self.lagging.release_held()  # batches caught up by a run that died before
             self.lagging.release_orphans()
@@ -655,18 +656,55 @@ class FanOut:
             return
         self._closed = True
         running: list[AbandonedWrite] = []
+        left: tuple[threading.Thread, dict[str, BatchKey]] | None = None
         try:
             self.catchup.stop()
+            left = self._catch_up_left_writing()
             running = self._abandoned_at_close()
-            still_writing = {w.sink for w in running}
+            still_writing = {w.sink for w in running} | set(left[1] if left else ())
             for name in self.lagging.close():
                 if name not in still_writing:
                     self._close_logged(self.specs[name])
         finally:
             writing: list[tuple[Sink, Held]] = [(self.sinks[w.sink], "writing") for w in running]
+            writing += [(self.sinks[name], "catching-up") for name in (left[1] if left else ())]
             release_sinks(self, keep=[*self._held_by_threads(self.lagging), *writing])
             for write in running:
                 self._close_after(write)
+            if left is not None:
+                self._close_after_catch_up(left[0], list(left[1]))
+
+    def _catch_up_left_writing(self) -> tuple[threading.Thread, dict[str, BatchKey]] | None:
+        """The catch-up thread :meth:`close` did not wait out (30 s) and the sinks it still
+        writes (of a sink without ``write_timeout_s``: nothing bounds it), each with its
+        batch, logged: their sinks stay open under that write (docs/architecture.md §14.4)."""
+        left = self.catchup.left_writing()
+        for name, (epoch, batch) in (left[1] if left else {}).items():
+            log.warning(
+                "pipeline %s, batch %s, sink %s: its catch-up write of batch %s (epoch %s) "
+                "was still running at close (it has no write_timeout_s to bound it): not "
+                "waited for, the sink is left open and closed once that write ends; a "
+                "catch-up of the sink in this process waits for it. Find what holds the "
+                "sink's target (a lock, a stalled connection), or set write_timeout_s",
+                self.pipeline, batch, name, batch, epoch,
+                extra=batch_fields(self.pipeline, batch, name),
+            )  # fmt: skip
+        return left
+
+    def _close_after_catch_up(self, thread: threading.Thread, sinks: Iterable[str]) -> None:
+        """As :meth:`_close_after`, for the sinks a catch-up thread still writes at
+        :meth:`close`: closed and released once that thread has ended."""
+
+        def close_when_done() -> None:
+            thread.join()
+            try:
+                for name in sinks:
+                    self._close_logged(self.specs[name])
+            finally:
+                release_sinks(self, [self.sinks[name] for name in sinks])
+
+        name = f"fanout-{self.pipeline}-catchup-close-after-write"
+        threading.Thread(target=close_when_done, name=name, daemon=True).start()
 
     def _held_by_threads(self, lagging: Lagging | None) -> list[tuple[Sink, Held]]:
         """The sinks a reopen's thread (a first ``open()`` past its ``write_timeout_s``
@@ -959,8 +997,8 @@ class FanOut:
         :meth:`_renamed_reopened` asks it: a reopen's refusal is refused again at the next
         start; one more read of the ledger's sink names for each such sink)."""
         assert state.marks is not None
-        not_opened = self.lagging.not_opened()
-        opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
+        unasked = self.lagging.unasked()  # a sink a reopen's check refused lags with that
+        opened = {n: s for n, s in self.sinks.items() if n not in unasked}
         timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
         info = state.info
         spooled = self._spooled(info.epoch)
@@ -1043,16 +1081,16 @@ class FanOut:
         epoch, which the query owns (:func:`fanout.steps.resume.why_wait`)."""
         if self._targets_checked:
             return
-        not_opened = self.lagging.not_opened()
-        self._lose(self._lost_on_ledger([n for n in self.sinks if n not in not_opened]))
+        unasked = self.lagging.unasked()
+        self._lose(self._lost_on_ledger([n for n in self.sinks if n not in unasked]))
         self._targets_checked = True
 
     def _refuse_lost(self, epoch: int, marks: Mapping[str, int | None]) -> None:
         """Refuse the run when a sink's target lost its last marked batch; a sink with
         ``on_failure="lag"`` lags with that error instead (:meth:`Lagging.lose`): the
-        others go on."""
-        not_opened = self.lagging.not_opened()
-        opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
+        others go on; one a reopen's check refused before lags with that refusal."""
+        unasked = self.lagging.unasked()
+        opened = {n: s for n, s in self.sinks.items() if n not in unasked}
         self._lose(self._lost_targets(opened, epoch, marks))
 
     def _lost_targets(

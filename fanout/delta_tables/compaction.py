@@ -102,7 +102,20 @@ def compact(
     removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
     if not added:
         return Compaction(removed, added, False, table.version())
-    version = _committed_version(table, base, f"compaction {token}")
+    version = _committed_version(
+        table,
+        base,
+        f"compaction {token}",
+        f"{what}: the compaction committed after version {base} could not be checked against "
+        "another compaction of the same files",
+        f"If a compaction by another program (an OPTIMIZE) committed after version {base} "
+        "too and removed some of the same files, their rows are now in the table twice, "
+        "which no later compaction sees: look in the table's history after version "
+        f"{base} for the two compactions (this one's commit info has {_COMMIT_TAG} = "
+        f"'compaction {token}'); if both removed a same file, remove this one's added "
+        "files (dataChange=false) and add back the files it removed, or RESTORE the table "
+        "to the version before it if nothing was written since",
+    )
     before = _files(_at_version(table, version - 1, storage_options))
     after = _files(_at_version(table, version, storage_options))
     gone = [f for path, f in before.items() if path not in after]
@@ -114,25 +127,27 @@ def compact(
     return Compaction(0, 0, True, table.version())
 
 
-def _committed_version(table: DeltaTable, since: int, tag: str) -> int:
+def _committed_version(table: DeltaTable, since: int, tag: str, unchecked: str, then: str) -> int:
     """The version of this process's commit tagged ``tag``, made after version ``since``
     (``table`` is brought to its latest version: a commit does not always advance it).
+    ``unchecked`` says what was left unchecked, ``then`` what that may have left and what
+    to do, when other writers committed during every read: the error is logged by the
+    callers, and the table left as it is.
 
     The history is read numbered by :func:`fanout.delta_tables.io.numbered_history`:
     delta-rs (1.6) numbers it down from the snapshot's version while listing it from the
     newest commit in storage, so a commit landing between the refresh and the listing
     made the commit before this one's look like it (its file then "taken back", its rows
     lost)."""
-    from fanout.delta_tables.io import numbered_history
+    from fanout.delta_tables.io import HISTORY_READS, numbered_history
 
     table.update_incremental()
     try:
         history = numbered_history(table, table.version() - since)
     except HistoryUnsettledError as exc:
         raise CompactionError(
-            f"cannot tell the version of this process's commit {tag!r}, so it was not checked "
-            f"against a compaction racing it (run the compaction again once the other writers "
-            f"pause): {exc}"
+            f"{unchecked}: other writers committed during each of {HISTORY_READS} reads of the "
+            "table's history (delta-rs numbers its versions wrongly then). " + then
         ) from exc
     for commit in history:
         if commit.get(_COMMIT_TAG) == tag:
@@ -250,7 +265,18 @@ def _take_back(
             f"table (dataChange=false) and add back {sorted(f.path for f in gone)}, or "
             f"RESTORE the table to version {version - 1} if nothing was written since"
         ) from exc
-    back = _committed_version(table, version, f"take back {token}")
+    back = _committed_version(
+        table,
+        version,
+        f"take back {token}",
+        f"{what}: the compaction committed at version {version} rewrote files another "
+        "compaction had rewritten first, and was taken back; whether a third compaction "
+        "rewrote its files before that could not be checked",
+        f"If a compaction committed between version {version} and the taking back (commit "
+        f"info {_COMMIT_TAG} = 'take back {token}') removed some of the files it added, "
+        "their rows are in the table twice: deduplicate it, or RESTORE it to version "
+        f"{version - 1} if nothing was written since",
+    )
     log.warning(
         "%s: the compaction committed at version %d raced another compaction of the same "
         "files (their rows were in the table twice): taken back at version %d",

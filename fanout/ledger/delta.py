@@ -942,7 +942,7 @@ class DeltaLedger:
                 self._files_added = 0
             vacuumed: list[str] = []
             if vacuum_retention_hours is not None:
-                table, vacuumed = self._vacuum_retrying(table, vacuum_retention_hours)
+                table, vacuumed = self._vacuum_retrying(table, vacuum_retention_hours, compact)
             if checkpoint:
                 table.create_checkpoint()
             if cleanup_logs:
@@ -975,12 +975,15 @@ class DeltaLedger:
                 table = self._fresh()
         raise AssertionError("unreachable")
 
-    def _vacuum_retrying(self, table: DeltaTable, hours: int) -> tuple[DeltaTable, list[str]]:
+    def _vacuum_retrying(
+        self, table: DeltaTable, hours: int, compacted: bool
+    ) -> tuple[DeltaTable, list[str]]:
         """Vacuum, on a fresh snapshot again when delta-rs refused its commit (delta-rs
         commits a vacuum: a mark or a compaction committed since the snapshot, a running
         pipeline's own compaction, refuses it before it deletes anything); caller holds
         the lock. Before, its bare ``CommitFailedError`` ended ``fanout ledger maintain``
-        with a traceback."""
+        with a traceback. ``compacted``: a compaction ran before it (the error says it
+        stays)."""
         for attempt in range(1, MAINTAIN_COMPACTION_ATTEMPTS + 1):
             try:
                 done = table.vacuum(
@@ -995,8 +998,9 @@ class DeltaLedger:
                         else "its vacuum failed"
                     )
                     raise LedgerError(
-                        f"{self._where}: {why} ({self._masked(exc)}); the compaction before "
-                        "it stays, nothing was lost: run `fanout ledger maintain` again"
+                        f"{self._where}: {why} ({self._masked(exc)}); "
+                        f"{'the compaction before it stays, ' if compacted else ''}nothing "
+                        "was lost: run `fanout ledger maintain` again"
                     ) from exc
                 table = self._fresh()
         raise AssertionError("unreachable")

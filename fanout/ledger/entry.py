@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from fanout.contract.batch import pipeline_scope
-from fanout.contract.locations import command_location
+from fanout.contract.locations import command_location, same_table_key
 from fanout.version import __version__
 
 if TYPE_CHECKING:
@@ -381,3 +381,15 @@ def ledger_location(ledger: object) -> str:
     if path is None:
         return f"{type(ledger).__name__}@{id(ledger):x}"
     return command_location(str(path))
+
+
+def ledger_key(ledger: object) -> str:
+    """What two spellings of one ledger have in common, for what this process keeps per
+    pipeline and ledger (one catch-up, one writer of each sink, the abandoned writes): its
+    path as :func:`fanout.contract.locations.same_table_key` reads it (``/data/ledger``,
+    ``/data/ledger/`` and ``file:///data/ledger`` are one ledger), or (a ledger without
+    one) the object itself. Never printed: a URI's password is kept in it."""
+    path = getattr(ledger, "path", None)
+    if path is None:
+        return f"{type(ledger).__name__}@{id(ledger):x}"
+    return same_table_key(str(path))

@@ -8,8 +8,11 @@ the same transaction ids, the same route and dead letters, the same ledger mark.
 whose write fails is probed again only after ``probe_interval_s`` (a circuit breaker), so a
 sink that is down costs one attempt per interval, never the live batches' time.
 
-Each sink has a lock: the live path's bounded drain (:meth:`CatchUp.drain`, when a sink's
-backlog reaches its ``max_lag``) and the thread never write one sink at once.
+Each sink has a lock, one per pipeline, ledger and sink in the process (:class:`SinkWriter`):
+the live path's bounded drain (:meth:`CatchUp.drain`, when a sink's backlog reaches its
+``max_lag``), the thread, the final catch-up and the catch-up of a later ``FanOut`` of the
+pipeline in the same process (whose thread an earlier one's write may outlive) never write
+one sink at once.
 """
 
 from __future__ import annotations
@@ -31,14 +34,14 @@ from fanout.errors import (
     TargetLostError,
 )
 from fanout.hooks.caller import HookCaller
-from fanout.ledger.entry import LedgerEntry, now_utc
+from fanout.ledger.entry import LedgerEntry, ledger_key, now_utc
 from fanout.ledger.gaps import skip_command
 from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, EarlierOf, TargetOf
 from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.table import BatchKey
-from fanout.steps.lag import Lagging
+from fanout.steps.lag import Backlog, Lagging
 from fanout.steps.record import Recorder
 from fanout.steps.timeout import AbandonedWrite, AbandonedWrites, TimedWrite
 from fanout.steps.write import SinkOutcome, SinkRunner, run_timed
@@ -50,6 +53,32 @@ ONE_ATTEMPT = RetryPolicy(retries=0)
 
 _current: weakref.WeakValueDictionary[tuple[str, str], CatchUp] = weakref.WeakValueDictionary()
 _current_lock = threading.Lock()
+
+
+class SinkWriter:
+    """The one writer of a sink's catch-up in this process, for a pipeline and ledger: every
+    :class:`CatchUp` of the pipeline (an earlier ``FanOut``'s thread still in a write its
+    ``stop()`` did not wait out, a restarted query's, a notebook's re-run cell's) takes
+    ``lock`` to write the sink, so two writes of one batch never run at once (a sink that
+    checks "already written?" and then writes is not safe with them: docs/architecture.md
+    §14.4, "One writer of a sink per process"). ``writing``: the batch being written now;
+    ``last``: the catch-up that wrote the sink last (another's marks are read again)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.writing: BatchKey | None = None
+        self.last: object | None = None
+
+
+_writers: dict[tuple[str, str, str], SinkWriter] = {}
+
+
+def sink_writer(pipeline: str, ledger: str, sink: str) -> SinkWriter:
+    """The process's :class:`SinkWriter` of ``sink`` in ``pipeline`` with the ledger
+    ``ledger`` (:func:`fanout.ledger.entry.ledger_key`: one ledger however spelled; kept
+    for the process: a lock and two fields per sink)."""
+    with _current_lock:
+        return _writers.setdefault((pipeline, ledger, sink), SinkWriter())
 
 
 class CatchUp:
@@ -96,16 +125,23 @@ class CatchUp:
         self.target_of = target_of
         self.spark = spark
         self.probe_interval_s = probe_interval_s
-        self._locks = {name: threading.Lock() for name in lagging.sinks}
+        self._writers = {
+            name: sink_writer(lagging.pipeline, ledger_key(lagging.ledger), name)
+            for name in lagging.sinks
+        }
+        self._locks = {name: writer.lock for name, writer in self._writers.items()}
+        self._told_waiting: set[tuple[str, BatchKey]] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._left: threading.Thread | None = None  # stopped while in a write it runs on
+        self._runner: threading.Thread | None = None  # the thread, once started
         self._starting = threading.Lock()
+        self._token = object()  # this catch-up, as SinkWriter.last names it
         self._waiting: set[tuple[str, BatchKey]] = set()
         self._timed_out: dict[str, int] = {}  # catch-up writes abandoned in a row, by sink
         self._timed: dict[str, TimedWrite] = {}  # bounded catch-up writes waited for, by sink
         self._told_lost: set[str] = set()  # sinks whose lost target the ledger was told of
-        self._writing: set[str] = set()  # sinks with a batch being written here (under _locks)
 
     # -- the thread ------------------------------------------------------------------
 
@@ -118,14 +154,15 @@ class CatchUp:
                 self._thread = threading.Thread(
                     target=self._run, name=f"fanout-{self.lagging.pipeline}-catchup", daemon=True
                 )
+                self._runner = self._thread
                 self._thread.start()
 
-    def take_over(self, where: str) -> None:
-        """Become the pipeline's catch-up in this process for the ledger at ``where``,
-        stopping the one before it: a ``FanOut`` of the same pipeline that was not closed
-        (a notebook's re-run cell, a restarted query) would otherwise go on writing and
-        releasing the spool beside this one."""
-        key = (self.lagging.pipeline, where)
+    def take_over(self) -> None:
+        """Become the pipeline's catch-up in this process for its ledger (however spelled:
+        :func:`fanout.ledger.entry.ledger_key`), stopping the one before it: a ``FanOut``
+        of the same pipeline that was not closed (a notebook's re-run cell, a restarted
+        query) would otherwise go on writing and releasing the spool beside this one."""
+        key = (self.lagging.pipeline, ledger_key(self.lagging.ledger))
         with _current_lock:
             previous = _current.get(key)
             _current[key] = self
@@ -135,7 +172,7 @@ class CatchUp:
             "pipeline %s: a FanOut of this pipeline (ledger %s) was not closed; stopping its "
             "catch-up: the new FanOut's catch-up takes over",
             self.lagging.pipeline,
-            where,
+            self.ledger_location,
         )
         previous.stop()
 
@@ -157,6 +194,24 @@ class CatchUp:
         if thread.is_alive():  # in a write bounded beyond this wait: left running, it must
             for timed in list(self._timed.values()):  # be known as abandoned, kept till it ends
                 timed.give_up(reason="stopping")
+            self._left = thread
+
+    def left_writing(self) -> tuple[threading.Thread, dict[str, BatchKey]] | None:
+        """After :meth:`stop`: the thread it did not wait out and the sinks it is still
+        writing (an unbounded write, of a sink without ``write_timeout_s``), each with the
+        batch it writes, whose ``close()`` must wait for that write
+        (:meth:`fanout.FanOut.close`); ``None`` when the thread has ended or writes none."""
+        thread = self._left
+        if thread is None or not thread.is_alive():
+            return None
+        sinks = {
+            s: key
+            for s, w in self._writers.items()
+            if (key := w.writing) is not None
+            and w.last is self._token
+            and write_timeout(self.specs[s]) is None
+        }  # a bounded write was given up at the stop: kept as abandoned (AbandonedWrites)
+        return (thread, sinks) if sinks else None
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -168,8 +223,8 @@ class CatchUp:
                     if time.monotonic() < self.lagging.retry_at(sink, self.probe_interval_s):
                         continue  # the circuit is open: it failed less than an interval ago
                     progressed |= self.step(sink)
-                if progressed:
-                    self.lagging.release_held()
+                if progressed and not self._stop.is_set():  # stopped: the FanOut taking
+                    self.lagging.release_held()  # over releases (two at once: a conflict)
             except BaseException:  # never let the thread die (a SystemExit would, silently)
                 log.exception("pipeline %s: the catch-up failed; retrying", self.lagging.pipeline)
                 progressed = False
@@ -190,7 +245,8 @@ class CatchUp:
         the sink tried again after its probe interval (the thread must live on)."""
         lock = self._locks[sink]
         if not lock.acquire(blocking=False):
-            return False  # the live path is draining it
+            self._tell_waiting(sink)
+            return False  # the live path is draining it, or an earlier catch-up writes it
         try:
             return self._write_next(sink) is True
         finally:
@@ -210,7 +266,8 @@ class CatchUp:
         waits that long again for the abandoned write to end, then writes the batch).
         ``live``: a live batch waits for this drain (at its ``max_lag``): its writes are
         bounded by the sink's ``write_timeout_s`` itself, not the catch-up's doubled bound."""
-        self._lock_for_drain(sink)
+        if not self._lock_for_drain(sink, None if live else until):
+            return None  # ``until()`` held while another write of the sink ran
         try:
             while not until():
                 outcome = self._write_next(sink, wait=True, live=live)
@@ -225,18 +282,27 @@ class CatchUp:
             self._locks[sink].release()
         return None
 
-    def _lock_for_drain(self, sink: str) -> None:
-        """Take ``sink``'s lock for a drain; after the sink's ``write_timeout_s``, give up
-        the catch-up write holding it (a hung sink would otherwise stall the live batch
-        for the catch-up's whole bound)."""
+    def _lock_for_drain(self, sink: str, until: Callable[[], bool] | None) -> bool:
+        """Take ``sink``'s lock for a drain (``True``), or ``False`` once ``until()`` holds
+        first (a ``catch_up(timeout_s)`` past its bound, a final catch-up stopped by a
+        signal: a write of the sink without ``write_timeout_s`` holding the lock, an
+        earlier ``FanOut``'s left running at its ``close()``, may never end; ``None``, a
+        live batch's drain at its ``max_lag``: not asked, its ``until`` reads the backlog);
+        after the sink's ``write_timeout_s``, give up the catch-up write holding it (a
+        hung sink would otherwise stall the live batch for the catch-up's whole bound).
+        Uncontended: one ``acquire``, ``until`` not called."""
         lock, timeout = self._locks[sink], write_timeout(self.specs[sink])
-        if timeout is None:
-            lock.acquire()
-            return
-        deadline = time.monotonic() + timeout
-        while not lock.acquire(timeout=max(0.01, min(0.05, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline and (timed := self._timed.get(sink)) is not None:
-                timed.give_up(reason="draining")  # idempotent; None: marking, waited for
+        if lock.acquire(blocking=False):
+            return True
+        self._tell_waiting(sink)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not lock.acquire(timeout=0.05):
+            if until is not None and until():
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                if (timed := self._timed.get(sink)) is not None:
+                    timed.give_up(reason="draining")  # idempotent; None: marking, waited for
+        return True
 
     def finish(
         self, sink: str, policy: RetryPolicy, stop: Callable[[], bool]
@@ -281,19 +347,63 @@ class CatchUp:
             self.lagging.failed(sink, gap)
             log.error("%s", gap, extra=batch_fields(self.lagging.pipeline, gap.batch_id, sink))
             return gap
-        self._writing.add(sink)  # under the sink's lock: one catch-up write of it at a time
+        writer = self._writers[sink]  # under its lock: one catch-up write of it at a time
+        if writer.last is not None and writer.last is not self._token:
+            backlog = self._marked_by_another(sink, backlog)
+            if not backlog:
+                return None
+        if self._stop.is_set() and threading.current_thread() is self._runner:
+            return None  # the thread, stopped: close() may be closing the sink now
+        writer.writing, writer.last = backlog.keys[0], self._token
         try:
             error = self.write(sink, backlog.keys[0], live=live, wait=wait)
         finally:
-            self._writing.discard(sink)
+            writer.writing = None
         return True if error is None else error
+
+    def _marked_by_another(self, sink: str, backlog: Backlog) -> Backlog:
+        """``sink``'s backlog once its marks are read again from the ledger: another
+        catch-up of the pipeline in this process (an earlier ``FanOut``'s) wrote the sink
+        since this one last did, and marked batches this one's cache still counts. One
+        ledger lookup per epoch of the backlog, only then: never on the common path."""
+        try:
+            for epoch in sorted({key[0] for key in backlog.keys}):
+                fresh = self.lagging.ledger.last_committed(self.lagging.pipeline, [sink], epoch)
+                self.lagging.saw_marks(epoch, fresh)
+        except Exception as exc:  # the write finds the batch written by its idempotency
+            log.warning(
+                "pipeline %s, sink %s: cannot read the sink's marks again after another "
+                "catch-up wrote it: %s", self.lagging.pipeline, sink, exc,
+                extra=batch_fields(self.lagging.pipeline, sink=sink),
+            )  # fmt: skip
+            return backlog
+        return self.lagging.backlog(sink)
+
+    def _tell_waiting(self, sink: str) -> None:
+        """Say once per (sink, batch) that ``sink`` waits for another catch-up's write of
+        it in this process (an earlier ``FanOut``'s, whose ``stop()`` did not wait it out)."""
+        writer = self._writers[sink]
+        key = writer.writing
+        if key is None or writer.last is self._token:
+            return  # between two writes, or this catch-up's own write (the thread's)
+        with _current_lock:
+            if (sink, key) in self._told_waiting:
+                return
+            self._told_waiting.add((sink, key))
+        log.warning(
+            "pipeline %s, batch %s, sink %s: not caught up yet: an earlier catch-up of the "
+            "pipeline in this process (a FanOut closed while it wrote) is still writing the "
+            "sink's batch %s (epoch %s); waiting for it to end, never writing beside it",
+            self.lagging.pipeline, key[1], sink, key[1], key[0],
+            extra=batch_fields(self.lagging.pipeline, key[1], sink),
+        )  # fmt: skip
 
     def writing(self, sink: str) -> bool:
         """Whether a catch-up write of ``sink`` runs now (the thread's, or a drain's). The
         live path holds such a sink back although its backlog is empty: another process
         (a ``fanout ledger skip``) moved its mark past the batch being written, and a live
         write beside it would reach the sink first (docs/architecture.md §14.4)."""
-        return sink in self._writing
+        return self._writers[sink].writing is not None
 
     def _wait_for_abandoned(self, running: AbandonedWrite) -> SinkTimeoutError:
         """The error of a catch-up of a sink whose abandoned live write still runs (said

@@ -66,7 +66,7 @@ def refuse_gaps(
             missing = [b for b in range(mark + 1, batch_id) if b not in held]
         if missing:
             spooled = sorted(b for b in held if mark < b < batch_id)  # after the gap too
-            newest = max((m for m in state.marks.values() if m is not None), default=None)
+            newest = _newest_mark(lagging, state)
             error = MissedBatchesError(
                 state.info.pipeline,
                 name,
@@ -84,6 +84,26 @@ def refuse_gaps(
             if error.no_mark_since is not None:
                 _record_refusal(lagging, state, name, error)
             raise error
+
+
+def _newest_mark(lagging: Lagging, state: BatchState) -> int | None:
+    """The newest mark of any sink of the pipeline in the batch's epoch (``None``: none, or
+    the ledger unreadable): the configured sinks' marks, and the ledger's high-water mark,
+    which a sink left out of the configuration also raised. One log-only lookup, on a
+    refusal only."""
+    info = state.info
+    marks = [m for m in (state.marks or {}).values() if m is not None]
+    try:
+        view = lagging.ledger.lookup(info.pipeline, [])
+    except Exception as exc:  # the refusal stands; only its cause cannot be told
+        log.warning(
+            "pipeline %s, batch %s: could not read the ledger's high-water mark (%s)",
+            info.pipeline, info.batch_id, exc,
+        )  # fmt: skip
+        return None
+    if view.epoch == info.epoch and view.high_water is not None:
+        marks.append(view.high_water)
+    return max(marks, default=None)
 
 
 def _record_refusal(

@@ -262,6 +262,14 @@ class Lagging:
         held = self._states.in_state(SinkState.UNOPENED, SinkState.OPENING)
         return {name: h.error for name, h in held.items() if isinstance(h, Unopened | Reopening)}
 
+    def unasked(self) -> list[str]:
+        """The sinks a run's first batch does not ask its target checks (§5): those not
+        opened yet (unopened, or their reopen still running) and those lost (a reopen's
+        check refused them before that batch: they lag with that refusal, recorded, for
+        the rest of the run), in configuration order (read at once)."""
+        states = (SinkState.UNOPENED, SinkState.OPENING, SinkState.LOST)
+        return list(self._states.in_state(*states))
+
     def close(self) -> list[str]:
         """The pipeline stops: no reopen starts any more, and one still running closes
         the sink itself once its ``open()`` (and check) has returned (the caller must not

@@ -25,10 +25,11 @@ from typing import Literal
 from fanout.contract.sink import Sink
 from fanout.errors import ConfigurationError
 
-Held = Literal["opening", "writing"]
+Held = Literal["opening", "writing", "catching-up"]
 """What still uses a sink after its owner closed: a reopen's ``open()`` running past its
-``write_timeout_s`` (its thread closes the sink once it returns), or a write abandoned at
-its ``write_timeout_s`` still running (the sink was left open under it)."""
+``write_timeout_s`` (its thread closes the sink once it returns), a write abandoned at
+its ``write_timeout_s`` still running, or a catch-up write of a sink without
+``write_timeout_s`` that ``close()`` did not wait out (the sink was left open under each)."""
 
 _STILL = {
     "opening": (
@@ -40,6 +41,12 @@ _STILL = {
         "a write of the sink, abandoned at its write_timeout_s, was still running: the sink "
         "was left open under it, and opened again here, what that write uses would be "
         "replaced under it. Wait for that write to end (find what holds the sink's target)"
+    ),
+    "catching-up": (
+        "a catch-up write of the sink (it has no write_timeout_s) was still running past "
+        "close()'s 30 s wait: the sink was left open under it, and opened again here, what "
+        "that write uses would be replaced under it. Wait for that write to end (find what "
+        "holds the sink's target, or set write_timeout_s)"
     ),
 }
 

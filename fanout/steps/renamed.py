@@ -278,11 +278,9 @@ def _ask_lagging(
     if answer is False:
         return None
     target = redact(target_text(sink), sink.secret_values())
-    part = "" if answer is True else " (part of it: some of its partitions)"
+    held = _held_text(sink, other, pipeline, epoch, mark, answer, target)
     return RenamedSinkError(
-        f"{target} holds batch {mark} of sink {other!r}{part} (epoch {epoch}, its records "
-        f"keyed {txn_app_id(pipeline, other, epoch)!r}), a sink the pipeline no longer "
-        f"configures, and sink {sink.name!r} has no mark in the epoch; {kept}, which "
+        f"{held}; {kept}, which "
         f"lagged: {sink.name!r} is {other!r} renamed while it lagged, and would start with "
         f"this batch, so that target would never get batches {batch_ranges(missed)}. "
         "Nothing was written. Either rename the sink back to "
@@ -319,12 +317,7 @@ def _ask(
     if answer is False:
         return None
     target = redact(target_text(sink), sink.secret_values())
-    part = "" if answer is True else " (part of it: some of its partitions)"
-    held = (
-        f"{target} holds batch {batch} of sink {other!r}{part} (epoch {epoch}, its records "
-        f"keyed {txn_app_id(pipeline, other, epoch)!r}), a sink the pipeline no longer "
-        f"configures, and sink {sink.name!r} has no mark in the epoch"
-    )
+    held = _held_text(sink, other, pipeline, epoch, batch, answer, target)
     harmless = sink.harmless_rewrite()
     if harmless:
         log.warning("pipeline %s, sink %s: %s; %s, so writing the batch again is harmless: "
@@ -340,4 +333,23 @@ def _ask(
         f"{held}. " + renamed_sink_advice(target, sink.name, other, batch, remove),
         sink=sink.name,
         batch_id=batch,
+    )
+
+
+def _held_text(
+    sink: Sink,
+    other: str,
+    pipeline: str,
+    epoch: int,
+    batch: int,
+    answer: bool | PartlyHeld,
+    target: str,
+) -> str:
+    """What ``sink``'s ``target`` (redacted) answered when asked whether it holds batch
+    ``batch`` of epoch ``epoch`` written by ``other``: held, whole or in part."""
+    part = "" if answer is True else " (part of it: some of its partitions)"
+    return (
+        f"{target} holds batch {batch} of sink {other!r}{part} (epoch {epoch}, its records "
+        f"keyed {txn_app_id(pipeline, other, epoch)!r}), a sink the pipeline no longer "
+        f"configures, and sink {sink.name!r} has no mark in the epoch"
     )

@@ -174,6 +174,41 @@ def _down_at_first_open(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setattr(DeltaSink, "open", open_once_down)
 
 
+def _commit_and_lose_mark(spark: Any, tmp_path: Path, batch: int) -> None:
+    """Sink ``copy``, alone, commits batch ``batch`` to its table and loses its ledger mark
+    (the kill between the write and the mark): the batch fails, the table holds it."""
+    lost = FanOut("ren", MarkLost(str(tmp_path / "ledger"), "copy"),
+                  [{"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}],
+                  retries=0, backoff_s=0)  # fmt: skip
+    try:
+        with pytest.raises(BatchFailedError):
+            _batch(spark, lost, batch)
+    finally:
+        lost.close()
+
+
+def _run_with_copy2_down(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> tuple[FanOut, SinksBehindError | None]:
+    """Run batch ``batch`` with ``copy`` renamed ``copy2`` (the same table), whose target
+    cannot be reached at the run's start (not opened: the batch is spooled for it), then
+    the run's final catch-up, which reopens it. The closed pipeline and the catch-up's
+    :class:`SinksBehindError` (``None`` when every sink caught up)."""
+    _down_at_first_open(monkeypatch, "copy2")
+    renamed = _fan(tmp_path, "copy2")
+    try:
+        assert renamed.unopened == ("copy2",)
+        renamed.catchup.stop()
+        _batch(spark, renamed, batch)
+        try:
+            renamed.final_catch_up()  # reopens copy2: asked before it writes
+        except SinksBehindError as exc:
+            return renamed, exc
+        return renamed, None
+    finally:
+        renamed.close()
+
+
 def test_a_renamed_sink_opened_late_is_asked_before_its_catch_up_writes(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -198,19 +233,7 @@ def test_a_renamed_sink_opened_late_is_asked_before_its_catch_up_writes(
     aside.rename(copy)
     batch_0 = Counter({0: 1, 1: 1, 2: 1})
 
-    _down_at_first_open(monkeypatch, "copy2")
-    renamed = _fan(tmp_path, "copy2")
-    try:
-        assert renamed.unopened == ("copy2",)
-        renamed.catchup.stop()
-        _batch(spark, renamed, 3)  # copy2 not opened: batch 3 spooled for it
-        behind: SinksBehindError | None = None
-        try:
-            renamed.final_catch_up()  # reopens copy2: asked before it writes
-        except SinksBehindError as exc:
-            behind = exc
-    finally:
-        renamed.close()
+    renamed, behind = _run_with_copy2_down(spark, tmp_path, monkeypatch, 3)
     assert _ids(copy) == batch_0  # before: batches 0 and 3, never 1 and 2
     assert behind is not None
     text = str(behind)
@@ -253,19 +276,7 @@ def test_a_sink_lagging_since_the_epochs_first_batch_renamed_and_opened_late_is_
         first.close()
     copy.unlink()
 
-    _down_at_first_open(monkeypatch, "copy2")
-    renamed = _fan(tmp_path, "copy2")
-    try:
-        assert renamed.unopened == ("copy2",)
-        renamed.catchup.stop()
-        _batch(spark, renamed, 2)  # copy2 not opened: batch 2 spooled for it
-        behind: SinksBehindError | None = None
-        try:
-            renamed.final_catch_up()  # reopens copy2: asked before it writes
-        except SinksBehindError as exc:
-            behind = exc
-    finally:
-        renamed.close()
+    renamed, behind = _run_with_copy2_down(spark, tmp_path, monkeypatch, 2)
     assert not copy.exists()  # before: batch 2 written there, batches 0 and 1 never
     assert behind is not None
     text = str(behind)
@@ -301,28 +312,11 @@ def test_a_sink_renamed_mid_batch_opened_late_does_not_write_the_batch_twice(
     first = _fan(tmp_path, "copy")
     _batch(spark, first, 0)
     first.close()
-    lost = FanOut("ren", MarkLost(str(tmp_path / "ledger"), "copy"),
-                  [{"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}],
-                  retries=0, backoff_s=0)  # fmt: skip
-    with pytest.raises(BatchFailedError):
-        _batch(spark, lost, 1)  # copy commits batch 1, its mark lost; lake not run
-    lost.close()
+    _commit_and_lose_mark(spark, tmp_path, 1)  # lake not run
     held = Counter({i: 1 for i in (0, 1, 2, 10, 11, 12)})
     assert _ids(tmp_path / "copy") == held
 
-    _down_at_first_open(monkeypatch, "copy2")
-    renamed = _fan(tmp_path, "copy2")
-    try:
-        assert renamed.unopened == ("copy2",)
-        renamed.catchup.stop()
-        _batch(spark, renamed, 1)  # the replay: copy2 not opened, batch 1 spooled for it
-        behind: SinksBehindError | None = None
-        try:
-            renamed.final_catch_up()
-        except SinksBehindError as exc:
-            behind = exc
-    finally:
-        renamed.close()
+    _, behind = _run_with_copy2_down(spark, tmp_path, monkeypatch, 1)  # the replay
     assert _ids(tmp_path / "copy") == held  # before: ids 10, 11, 12 twice
     assert behind is not None
     text = str(behind)
@@ -344,6 +338,39 @@ def test_a_sink_renamed_mid_batch_opened_late_does_not_write_the_batch_twice(
     assert _ids(tmp_path / "copy") == held
     assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(2) for i in range(3)})
 
+    # restarted as is once more, copy2 down at the start again: its reopen, before the
+    # run's first batch (a catch-up started with the query), is refused (LOST); the first
+    # batch then lets it lag with that refusal, the other sink writes (before: the first
+    # batch asked it again as an open sink, and the whole run failed)
+    _down_at_first_open(monkeypatch, "copy2")
+    third = _fan(tmp_path, "copy2")
+    try:
+        assert third.unopened == ("copy2",)
+        third.catchup.stop()
+        lags = third.catch_up(timeout_s=60)  # reopens copy2: refused before any batch
+        assert (lags["copy2"].error or "").startswith("RenamedSinkError")
+        _batch(spark, third, 2)  # before: BatchFailedError, copy2's RenamedSinkError
+        assert third.lagging.stuck("copy2")
+        # probed again (a catch-up after the batch): still refused, never reopened unasked
+        lags = third.catch_up(timeout_s=60)
+        assert (lags["copy2"].error or "").startswith("RenamedSinkError")
+        assert _ids(tmp_path / "copy") == held
+    finally:
+        third.close()
+    assert _ids(tmp_path / "copy") == held
+    assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(3) for i in range(3)})
+    assert third.spool is not None
+    assert [(b.batch_id, sorted(b.needed_by)) for b in third.spool.batches()] == [
+        (1, ["copy2"]), (2, ["copy2"]),
+    ]  # fmt: skip
+    refusals = [
+        r["batch_id"]
+        for r in delta_rows(tmp_path / "ledger")
+        if r["sink"] == "copy2" and r["status"] == "failed"
+        and r["error"].startswith("RenamedSinkError")
+    ]  # fmt: skip
+    assert 1 in refusals  # the reopen's refusal, recorded at the batch it would write
+
 
 def test_a_renamed_sink_whose_reopen_races_the_runs_first_check_is_asked(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -359,12 +386,7 @@ def test_a_renamed_sink_whose_reopen_races_the_runs_first_check_is_asked(
     first = _fan(tmp_path, "copy")
     _batch(spark, first, 0)
     first.close()
-    lost = FanOut("ren", MarkLost(str(tmp_path / "ledger"), "copy"),
-                  [{"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}],
-                  retries=0, backoff_s=0)  # fmt: skip
-    with pytest.raises(BatchFailedError):
-        _batch(spark, lost, 1)  # copy commits batch 1, its mark lost; lake not run
-    lost.close()
+    _commit_and_lose_mark(spark, tmp_path, 1)  # lake not run
     held = Counter({i: 1 for i in (0, 1, 2, 10, 11, 12)})
 
     asked, checked = threading.Event(), threading.Event()
@@ -419,28 +441,11 @@ def test_a_sink_renamed_in_its_first_batch_is_refused_by_the_delta_table_at_catc
     check's write path; the batch has no planning time (``BatchInfo`` without it), so
     ``copy``'s commit records no plan and is found by its ``txn`` action (before: ids
     10-12 twice in the table, no error)."""
-    lost = FanOut("ren", MarkLost(str(tmp_path / "ledger"), "copy"),
-                  [{"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}],
-                  retries=0, backoff_s=0)  # fmt: skip
-    with pytest.raises(BatchFailedError):
-        _batch(spark, lost, 1)  # copy commits batch 1, its mark lost; lake not run
-    lost.close()
+    _commit_and_lose_mark(spark, tmp_path, 1)  # lake not run
     held = Counter({10: 1, 11: 1, 12: 1})
     assert _ids(tmp_path / "copy") == held
 
-    _down_at_first_open(monkeypatch, "copy2")
-    renamed = _fan(tmp_path, "copy2")
-    try:
-        assert renamed.unopened == ("copy2",)
-        renamed.catchup.stop()
-        _batch(spark, renamed, 1)  # the replay: copy2 not opened, batch 1 spooled for it
-        behind: SinksBehindError | None = None
-        try:
-            renamed.final_catch_up()
-        except SinksBehindError as exc:
-            behind = exc
-    finally:
-        renamed.close()
+    _, behind = _run_with_copy2_down(spark, tmp_path, monkeypatch, 1)  # the replay
     assert _ids(tmp_path / "copy") == held  # bc30380: ids 10, 11, 12 twice
     assert behind is not None
     text = str(behind)

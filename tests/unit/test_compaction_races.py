@@ -199,6 +199,74 @@ def test_a_compaction_nobody_raced_stays(tmp_path: Path) -> None:
     assert DeltaTable(path).version() == 4
 
 
+def _racing_history(monkeypatch: pytest.MonkeyPatch, path: str, calls: set[int]) -> None:
+    """Another writer appends (ids 100 on) as the history is read, at the calls ``calls``
+    (counted from 0), each of the two reads allowed."""
+    history, seen = DeltaTable.history, iter(range(100, 200))
+
+    def racing(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+        call = next(seen)
+        if call - 100 in calls:
+            write_deltalake(path, pa.table({"id": [call]}), mode="append")
+        return history(table, limit)
+
+    monkeypatch.setattr(DeltaTable, "history", racing)
+    monkeypatch.setattr("fanout.delta_tables.io.HISTORY_READS", 2)
+
+
+def test_a_compaction_whose_history_reads_all_raced_writers_says_its_rows_may_be_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each read of the history raced by another writer's commit: the compaction, which
+    another program's OPTIMIZE of the same files came before, is left unchecked, its rows
+    twice, which no later compaction sees: the error says so, and what to do (before, it
+    said to run the compaction again, which leaves them twice)."""
+    from fanout.errors import CompactionError
+
+    path = _table(tmp_path / "t", range(4))
+    mine = DeltaTable(path)
+    DeltaTable(path).optimize.compact()  # another program, first (version 4)
+    _racing_history(monkeypatch, path, {0, 1})
+
+    with pytest.raises(CompactionError) as raised:
+        compact(mine, "sink 'orders' table /t", None)
+
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 100, 101]  # left as the error says
+    text = str(raised.value)
+    assert text.startswith(
+        "sink 'orders' table /t: the compaction committed after version 3 could not be "
+        "checked against another compaction of the same files"
+    ), text
+    assert "rows are now in the table twice" in text and "RESTORE the table to" in text, text
+    assert "run the compaction again" not in text, text
+
+
+def test_a_taking_back_whose_history_reads_all_raced_writers_says_it_was_not_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compaction taken back, the version of its taking back unread (each read raced):
+    the error names the compaction, says it was taken back, and what the unchecked third
+    compaction would have left (before: "not checked against a compaction racing it",
+    false: it was, and taken back)."""
+    from fanout.errors import CompactionError
+
+    path = _table(tmp_path / "t", range(4))
+    mine = DeltaTable(path)
+    DeltaTable(path).optimize.compact()  # another program, first (version 4)
+    _racing_history(monkeypatch, path, {1, 2})  # the compaction's read is left alone
+
+    with pytest.raises(CompactionError) as raised:
+        compact(mine, "sink 'orders' table /t", None)
+
+    assert _ids(path) == [0, 1, 2, 3, 101, 102]  # taken back: each row once
+    text = str(raised.value)
+    assert text.startswith(
+        "sink 'orders' table /t: the compaction committed at version 5 rewrote files another "
+        "compaction had rewritten first, and was taken back; whether a third compaction "
+        "rewrote its files before that could not be checked"
+    ), text
+
+
 # -- the ledger -----------------------------------------------------------------------
 
 
@@ -425,3 +493,32 @@ def test_a_maintenance_whose_vacuum_meets_a_compaction_vacuums_again_on_a_fresh_
     assert _marked(DeltaLedger(path)) == {**MARKS, "users": {"a": 3}, "high": (2, 3)}
     assert len(report.files_vacuumed) == 10  # the 8 marks' files, and the first compaction's 2
     assert len(DeltaTable(path).file_uris()) == 2
+
+
+def test_a_maintenance_without_compaction_whose_vacuums_all_met_commits_says_what_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every vacuum refused (another writer's commit each time), ``--no-compact``: the
+    error counts the vacuums and says to run it again, and names no compaction, since
+    none ran (before: 'the compaction before it stays')."""
+    path = str(tmp_path / "ledger")
+    ledger = _filled(path)
+    tries: list[int] = []
+
+    def refused(table: DeltaTable, *args: Any, **kwargs: Any) -> list[str]:
+        tries.append(table.version())
+        raise CommitFailedError("a concurrent transaction deleted data this operation read")
+
+    monkeypatch.setattr(DeltaTable, "vacuum", refused)
+    with pytest.raises(LedgerError) as raised:
+        ledger.maintain(compact=False, vacuum_retention_hours=0)
+
+    assert len(tries) == 5
+    text = str(raised.value)
+    assert text.startswith(
+        f"ledger at {path}: other writers committed while each of 5 vacuums ran"
+    ), text
+    assert "compaction" not in text, text
+    assert text.endswith("nothing was lost: run `fanout ledger maintain` again"), text
+    assert _rows(path) == ROWS
+    assert _marked(DeltaLedger(path)) == MARKS

@@ -134,6 +134,29 @@ def test_failure_alone_is_not_a_mark(ledger: DeltaLedger | MemoryLedger) -> None
     assert ledger.committed_entries("orders") == []
 
 
+def test_failed_batches_names_the_batches_of_failed_rows_only(
+    ledger: DeltaLedger | MemoryLedger,
+) -> None:
+    """``fanout ledger skip``'s evidence that Spark handed a batch (a failed attempt's row):
+    of the pipeline and epoch asked, from the batch asked on, each batch once; marks,
+    another pipeline's or epoch's failures are none."""
+    from dataclasses import replace
+
+    for batch, attempt in ((2, 1), (5, 1), (5, 2), (7, 1)):
+        ledger.record_failure(failed("orders", "pg", batch, attempt, "boom"))
+    ledger.record_failure(failed("orders", "kafka", 6, 1, "boom"))
+    ledger.mark_committed(committed("orders", "pg", 8))
+    ledger.record_failure(failed("payments", "pg", 9, 1, "boom"))
+    ledger.record_failure(replace(failed("orders", "pg", 10, 1, "boom"), epoch=1))
+
+    assert ledger.failed_batches("orders", 0, 0) == [2, 5, 6, 7]
+    assert ledger.failed_batches("orders", 5, 0) == [5, 6, 7]
+    assert ledger.failed_batches("orders", 8, 0) == []
+    assert ledger.failed_batches("orders", 0, 1) == [10]
+    assert ledger.failed_batches("payments", 0, 0) == [9]
+    assert ledger.failed_batches("nobody", 0, 0) == []
+
+
 def test_committed_entries_filters_pipeline_and_min_batch(
     ledger: DeltaLedger | MemoryLedger,
 ) -> None:

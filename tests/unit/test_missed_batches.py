@@ -662,3 +662,25 @@ def test_a_ledger_restored_from_an_older_copy_is_refused_then_goes_on_after_each
     _run(FanOut("gap", DeltaLedger(str(path)), [good, pg]), range(4, 6))
     assert (good.calls, pg.calls) == ([(4, 1), (5, 1)], [(4, 1), (5, 1)])
     assert DeltaLedger(str(path)).last_committed("gap", ["good", "pg"]) == {"good": 5, "pg": 5}
+
+
+def test_a_sink_left_out_while_another_ran_on_is_not_taken_for_a_restored_ledger() -> None:
+    """Sink "a" left out of the configuration while "c" ran batches 2-3, then "c" left out
+    and "a" put back: the refusal of "a" is the ordinary one. The ledger's high-water mark
+    (3, "c"'s) shows the batches were marked: no "restored ledger" in the message, no
+    failed row recorded (before, the configured sinks' marks alone, "a"'s 1, made it say
+    that no sink of the pipeline has a mark after batch 1, and record one)."""
+    ledger = MemoryLedger()
+    _run(FanOut("gap", ledger, [ScriptedSink("a"), ScriptedSink("c")]), range(2))
+    _run(FanOut("gap", ledger, [ScriptedSink("c")]), range(2, 4))
+
+    a = ScriptedSink("a")
+    with pytest.raises(MissedBatchesError) as raised:
+        _run(FanOut("gap", ledger, [a]), range(4, 5))
+
+    error = raised.value
+    assert (error.sink, error.mark, error.batch_id, error.missing) == ("a", 1, 4, [2, 3])
+    assert error.no_mark_since is None
+    assert "restored" not in str(error)
+    assert a.calls == []
+    assert ledger.failed_batches("gap", 0, 0) == []

@@ -58,22 +58,34 @@ def restore_to_version(path: Path, version: int) -> None:
 
 
 def restore_to_the_time_of(path: Path, version: int) -> None:
-    """RESTORE the table to a timestamp, when ``version`` was committed: delta-rs records
+    """RESTORE the table to a timestamp at which ``version`` was its newest: delta-rs records
     the time (``datetime``), not the version, which the sink then finds by the files the
-    restore left."""
-    [info] = [i for i in DeltaTable(str(path)).history() if i["version"] == version]
-    DeltaTable(str(path)).restore(datetime.fromtimestamp(info["timestamp"] / 1000, UTC))
+    restore left.
+
+    The time is halfway between the modification times of the commit files of ``version``
+    and the version after it, which is what delta-rs resolves a time by (the newest commit
+    file modified at or before it), not the commit info's ``timestamp``: that is taken
+    before the file is written, so under load the file of ``version`` was modified a few
+    milliseconds after it and a restore to it went back to the version before (the
+    restore took out batch 1 too, and the test failed on ids 10-19 missing)."""
+    log = path / "_delta_log"
+    modified = [(log / f"{v:020d}.json").stat().st_mtime_ns for v in (version, version + 1)]
+    assert modified[0] < modified[1], f"versions {version} and {version + 1} modified at once"
+    at = datetime.fromtimestamp(sum(modified) / 2 / 1e9, UTC)
+    DeltaTable(str(path)).restore(at)
     restore = DeltaTable(str(path)).history(1)[0]
     assert restore["operation"] == "RESTORE"
     assert "version" not in restore["operationParameters"]
+    restored = DeltaTable(str(path)).file_uris()
+    assert sorted(restored) == sorted(DeltaTable(str(path), version=version).file_uris())
 
 
 RESTORES = {"to a version": restore_to_version, "to a timestamp": restore_to_the_time_of}
 
 
 def written(sink: DeltaSink, batches: int) -> None:
-    """Batches ``0..batches-1`` written, each commit in its own millisecond (a restore to a
-    timestamp finds it)."""
+    """Batches ``0..batches-1`` written, each commit file modified milliseconds after the one
+    before (a restore to a timestamp between them finds it)."""
     for n in range(batches):
         sink.write(batch(n))
         time.sleep(0.01)
