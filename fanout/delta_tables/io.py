@@ -454,8 +454,10 @@ def numbered_history(table: DeltaTable, limit: int | None = None) -> list[dict[s
     leaves a commit without one out of the history, and the entries older than it are
     then numbered one too high, by delta-rs and here alike.
 
-    :raises HistoryUnsettledError: another writer committed during each of the reads."""
+    :raises HistoryUnsettledError: another writer committed during each of the reads
+        (its ``listed``: the last listing, its numbers unknown)."""
     at = table.version()
+    listed: list[dict[str, Any]] = []
     for _ in range(HISTORY_READS):
         newest = latest_version(table)
         listed = table.history(limit)
@@ -472,7 +474,8 @@ def numbered_history(table: DeltaTable, limit: int | None = None) -> list[dict[s
         return numbered
     raise HistoryUnsettledError(
         f"cannot number the history of the Delta table at {table.table_uri}: other writers "
-        f"committed during each of {HISTORY_READS} reads of it (try again once they pause)"
+        f"committed during each of {HISTORY_READS} reads of it (try again once they pause)",
+        listed,
     )
 
 

@@ -552,8 +552,12 @@ class DeltaSink(Sink):
         translated to it) and Delta's concurrent-modification errors on Spark, among them
         a commit that lost to a ``txn`` of its app id (``ConcurrentTransactionException``: a
         later epoch's fence, which the retry reads and refuses, or a replayed batch another
-        driver committed, which the retry skips)."""
-        if super().is_transient(error):
+        driver committed, which the retry skips), and a replay's history that other writers'
+        commits kept from being numbered while a RESTORE is listed
+        (:class:`fanout.errors.HistoryUnsettledError`, :func:`fanout_delta.plans.taken_out`)."""
+        from fanout.errors import HistoryUnsettledError
+
+        if super().is_transient(error) or isinstance(error, HistoryUnsettledError):
             return True
         text = str(error)
         return any(
@@ -562,6 +566,7 @@ class DeltaSink(Sink):
                 "ConcurrentAppendException",
                 "ConcurrentModification",
                 "ConcurrentTransactionException",
+                "HistoryUnsettledError",  # raised on an executor: its text
             )
         )
 
