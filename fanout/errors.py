@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 
 class FanoutError(Exception):
@@ -280,6 +280,19 @@ class CompactionError(FanoutError):
     """A compaction of a Delta table (the ledger's or a sink's) raced another compaction of
     the same files, so rows were in the table twice, and taking it back failed: the
     message names the files to remove (:mod:`fanout.delta_tables.compaction`)."""
+
+
+class HistoryUnsettledError(FanoutError):
+    """A Delta table's history could not be numbered: other writers committed during each
+    of its reads (:func:`fanout.delta_tables.io.numbered_history`).
+
+    :param listed: the last listing's commit infos, newest first, as delta-rs numbered
+        them: their order holds, their ``version`` numbers do not (what they show
+        regardless of numbering, e.g. whether any is a RESTORE)."""
+
+    def __init__(self, message: str, listed: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(message)
+        self.listed = list(listed)
 
 
 class SpoolError(FanoutError):

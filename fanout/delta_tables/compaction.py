@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fanout.delta_tables.values import partition_text
-from fanout.errors import CompactionError
+from fanout.errors import CompactionError, HistoryUnsettledError
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -134,30 +134,25 @@ def _committed_version(table: DeltaTable, since: int, tag: str, unchecked: str, 
     to do, when other writers committed during every read: the error is logged by the
     callers, and the table left as it is.
 
-    delta-rs (1.6) lists the history from the newest commit in storage but numbers it down
-    from the snapshot's version: a commit landing between the refresh and the listing
-    shifts every number by one, and the commit before this one's was taken for it (its
-    file then "taken back", its rows lost). So the history counts only when the table
-    is at the same version after the listing as before it; else it is read again."""
-    for _ in range(_HISTORY_READS):
-        table.update_incremental()
-        at = table.version()
-        history = table.history(at - since)
-        table.update_incremental()
-        if table.version() != at:
-            continue  # another writer committed meanwhile: the numbers may be shifted
-        for commit in history:
-            if commit.get(_COMMIT_TAG) == tag:
-                return int(commit["version"])
-        raise CompactionError(f"cannot find this process's commit {tag!r} in the table's history")
-    raise CompactionError(
-        f"{unchecked}: other writers committed during each of {_HISTORY_READS} reads of the "
-        "table's history (delta-rs numbers its versions wrongly then). " + then
-    )
+    The history is read numbered by :func:`fanout.delta_tables.io.numbered_history`:
+    delta-rs (1.6) numbers it down from the snapshot's version while listing it from the
+    newest commit in storage, so a commit landing between the refresh and the listing
+    made the commit before this one's look like it (its file then "taken back", its rows
+    lost)."""
+    from fanout.delta_tables.io import HISTORY_READS, numbered_history
 
-
-_HISTORY_READS = 20
-"""How often :func:`_committed_version` reads the history while other writers commit."""
+    table.update_incremental()
+    try:
+        history = numbered_history(table, table.version() - since)
+    except HistoryUnsettledError as exc:
+        raise CompactionError(
+            f"{unchecked}: other writers committed during each of {HISTORY_READS} reads of the "
+            "table's history (delta-rs numbers its versions wrongly then). " + then
+        ) from exc
+    for commit in history:
+        if commit.get(_COMMIT_TAG) == tag:
+            return int(commit["version"])
+    raise CompactionError(f"cannot find this process's commit {tag!r} in the table's history")
 
 
 def _at_version(table: DeltaTable, version: int, storage_options: Mapping[str, str] | None) -> Any:

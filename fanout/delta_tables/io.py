@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from fanout.contract.locations import local_path, shown_location
 from fanout.contract.sql import sql_identifier, sql_literal
-from fanout.errors import ConfigurationError, FanoutError
+from fanout.errors import ConfigurationError, FanoutError, HistoryUnsettledError
 
 log = logging.getLogger(__name__)
 
@@ -413,7 +413,11 @@ def commit_metadata(table: DeltaTable, key: str, value: str) -> dict[str, Any] |
     """The commit information of the newest commit whose custom metadata has ``key`` equal
     to ``value`` (``None`` when no commit still in the log has it: never written, or its
     commit file removed by log cleanup). Reads the newest :data:`HISTORY_FIRST_LOOK`
-    commits first, then the whole history."""
+    commits first, then the whole history.
+
+    delta-rs' own history, not :func:`numbered_history`: the match is by ``key`` and no
+    version is used, and a snapshot older than the newest commit only lists more commits
+    (never fewer than ``limit`` unless that was the whole history left)."""
     for limit in (HISTORY_FIRST_LOOK, None):
         history = table.history(limit)
         for info in history:
@@ -422,3 +426,72 @@ def commit_metadata(table: DeltaTable, key: str, value: str) -> dict[str, Any] |
         if limit is not None and len(history) < limit:
             return None  # that was the whole history
     return None
+
+
+HISTORY_READS = 20
+"""How often :func:`numbered_history` lists the history while other writers commit."""
+
+
+def numbered_history(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+    """The commit infos of the newest ``limit`` (``None``: all) commits of ``table`` up to
+    its snapshot's version, newest first, each with its true ``version``: what
+    ``table.history(limit)`` would be if delta-rs numbered it right. Every reader of a
+    Delta table's history in fanout that uses a version number, or counts entries, reads
+    it through here.
+
+    delta-rs (1.6) lists a table's history from the newest commit *in storage* but numbers
+    the entries down from the *snapshot's* version (delta-io/delta-rs#4488): when another
+    writer committed since the snapshot was loaded, or while the history is listed, every
+    number is off by the commits it did not know of, and a version looked up in the
+    history names another commit (the one before). So the newest version in storage is
+    read before and after the listing (one ``_delta_log`` listing each, from the
+    snapshot's version on): the same both times, it is the newest entry listed, the
+    entries are numbered down from it, and those past the snapshot's version are dropped
+    (the snapshot's callers reason about that version). Another writer committing in
+    between: read again, up to :data:`HISTORY_READS` times.
+
+    Relies on each commit carrying a commit info (delta-rs and Spark write one): delta-rs
+    leaves a commit without one out of the history, and the entries older than it are
+    then numbered one too high, by delta-rs and here alike.
+
+    :raises HistoryUnsettledError: another writer committed during each of the reads
+        (its ``listed``: the last listing, its numbers unknown)."""
+    at = table.version()
+    listed: list[dict[str, Any]] = []
+    for _ in range(HISTORY_READS):
+        newest = latest_version(table)
+        listed = table.history(limit)
+        if latest_version(table) != newest:
+            continue  # a commit landed during the listing: its numbering is unknown
+        if not listed:
+            return []
+        shift = newest - int(listed[0]["version"])  # delta-rs: from the snapshot's version
+        numbered = []
+        for info in listed:
+            version = int(info["version"]) + shift
+            if version <= at:
+                numbered.append({**info, "version": version})
+        return numbered
+    raise HistoryUnsettledError(
+        f"cannot number the history of the Delta table at {table.table_uri}: other writers "
+        f"committed during each of {HISTORY_READS} reads of it (try again once they pause)",
+        listed,
+    )
+
+
+def latest_version(table: DeltaTable) -> int:
+    """The newest version of ``table`` in storage, whatever its snapshot's: delta-rs'
+    binding's own call (the Python class does not expose it), which lists the log from the
+    snapshot's version on; when it cannot (no such binding call, or the log cleaned up past
+    the snapshot's version: "Invalid table version"), the version of a fresh snapshot."""
+    latest = getattr(getattr(table, "_table", None), "get_latest_version", None)
+    if latest is not None:
+        try:
+            return int(latest())
+        except Exception as exc:
+            log.debug("%s: listing the log from version %d failed, loading the table: %s",
+                      table.table_uri, table.version(), exc)  # fmt: skip
+    from deltalake import DeltaTable
+
+    options = getattr(table, "_storage_options", None)
+    return DeltaTable(table.table_uri, storage_options=options).version()

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from fanout.contract.nested_types import holds_arrow_type
+from fanout.delta_tables.io import latest_version, numbered_history
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -89,15 +90,21 @@ def create_table(
 
 def finish_create(table: DeltaTable | None) -> None:
     """Give ``table`` the schema :func:`create_table` meant for it, if its creation stopped
-    after version 0 (a crash, a lost race); else nothing (one cheap check)."""
+    after version 0 (a crash, a lost race); else nothing (one cheap check; at version 0,
+    version 0's commit info, read by :func:`fanout.delta_tables.io.numbered_history`:
+    delta-rs' own ``history(1)`` of a snapshot at 0 lists the newest commit in storage).
+    A snapshot at 0 of a table committed to since is left as it is (its creation was
+    finished by the commit after it, or by the creator)."""
     from deltalake import Schema
 
     if table is None or table.version() != 0:
         return
-    info = table.history(1)
+    info = numbered_history(table, 1)  # version 0's (delta-rs' own lists the newest commit)
     pending = info[0].get(PENDING_SCHEMA) if info else None
     if pending is None:
         return
+    if latest_version(table) > 0:
+        return  # committed to since this snapshot (the creation finished): not from it
     log.info("finishing the creation of a Delta table with the timestampNtz feature")
     _set_schema(table, Schema.from_json(pending))
 

@@ -202,8 +202,6 @@ def test_a_compaction_nobody_raced_stays(tmp_path: Path) -> None:
 def _racing_history(monkeypatch: pytest.MonkeyPatch, path: str, calls: set[int]) -> None:
     """Another writer appends (ids 100 on) as the history is read, at the calls ``calls``
     (counted from 0), each of the two reads allowed."""
-    import fanout.delta_tables.compaction as compaction
-
     history, seen = DeltaTable.history, iter(range(100, 200))
 
     def racing(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
@@ -213,7 +211,7 @@ def _racing_history(monkeypatch: pytest.MonkeyPatch, path: str, calls: set[int])
         return history(table, limit)
 
     monkeypatch.setattr(DeltaTable, "history", racing)
-    monkeypatch.setattr(compaction, "_HISTORY_READS", 2)
+    monkeypatch.setattr("fanout.delta_tables.io.HISTORY_READS", 2)
 
 
 def test_a_compaction_whose_history_reads_all_raced_writers_says_its_rows_may_be_twice(

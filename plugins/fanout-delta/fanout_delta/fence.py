@@ -140,7 +140,7 @@ def lift_fence(path: str, storage_options: Mapping[str, str] | None, app_id: str
 def fencing_epoch(table: DeltaTable) -> str:
     """Which epoch fenced (the newest fence commit among the last 100), for a refusal."""
     try:
-        for info in table.history(100):
+        for info in deltaio.numbered_history(table, 100):
             value = info.get(FENCE_KEY)
             if value is not None and value != "lifted":
                 return f"epoch {value}"
@@ -262,8 +262,8 @@ def _remove_advice(table: DeltaTable, path: str, version: int | None) -> tuple[s
             "wrote the table: a restore takes those with it)",
             "",
         )
-    try:
-        last = table.version()
+    try:  # the newest in storage, not the snapshot's: another writer may have committed
+        last = deltaio.latest_version(table)  # since it was loaded
     except Exception:  # evidence only: offer nothing that could take more
         last = None
     if last is None or last > version:

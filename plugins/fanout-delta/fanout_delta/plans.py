@@ -24,7 +24,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fanout.errors import CheckpointRollbackError, shell_word
+from fanout.delta_tables.io import numbered_history
+from fanout.errors import CheckpointRollbackError, HistoryUnsettledError, shell_word
 from fanout.ledger.gaps import LEDGER_UNKNOWN, ledger_note
 from fanout_delta.table_states import TableStates
 
@@ -137,7 +138,7 @@ def find_plan(
     ``limit`` (:data:`SEARCH_COMMITS`) commits of ``table`` (a delta-rs ``DeltaTable``),
     newest first; ``None`` when not found. Stops at a commit of the app id for an earlier
     batch: the commits of one app id come in batch order."""
-    for commit_info in table.history(SEARCH_COMMITS if limit is None else limit):
+    for commit_info in numbered_history(table, SEARCH_COMMITS if limit is None else limit):
         plan = CommitPlan.parse(commit_info)
         if plan is None or plan.app_id != app_id:
             continue
@@ -160,13 +161,28 @@ def taken_out(
     replay is of an older batch, which writing again would set the transaction back to)
     and its commits are found among the newest :data:`SEARCH_COMMITS` by the plan they
     recorded (:func:`restored_away` decides; no commit with a plan, an unreadable
-    history: ``False``, skipped as before). Called on the skip path only (a replay), after
-    the writer refused a later epoch's fence on ``app_id`` (:mod:`fanout_delta.fence`): a
-    fenced version, never equal to a batch id, would read "not taken out" here."""
+    history: ``False``, skipped as before). A history other writers committed to during
+    each read (:class:`fanout.errors.HistoryUnsettledError`, its numbers unknown):
+    ``False`` when no RESTORE is among the commits listed, else that error, with what it
+    means, which :meth:`fanout_delta.DeltaSink.is_transient` retries. Called on the skip
+    path only (a replay), after the writer refused a later epoch's fence on ``app_id``
+    (:mod:`fanout_delta.fence`): a fenced version, never equal to a batch id, would read
+    "not taken out" here."""
     if table is None or table.transaction_version(app_id) != batch_id:
         return False
     try:
-        history = table.history(SEARCH_COMMITS)
+        history = numbered_history(table, SEARCH_COMMITS)
+    except HistoryUnsettledError as exc:
+        if not any(info.get("operation") == "RESTORE" for info in exc.listed):
+            return False  # no RESTORE among them: none took the batch out, whatever the numbers
+        raise HistoryUnsettledError(
+            f"the Delta table {table.table_uri} records batch {batch_id} ({app_id}) and a "
+            "RESTORE is among its newest commits, but other writers committed to it during "
+            "each read of its history, so which commits the RESTORE undid cannot be told: "
+            "skipping the batch would lose its rows if the RESTORE took them out. The write "
+            "is retried; if it keeps failing, pause the table's other writers until it passes",
+            exc.listed,
+        ) from exc
     except Exception as exc:  # evidence only: unreadable, skip as before
         logger.warning("cannot read the history of %s to follow its RESTOREs: %s",
                        table.table_uri, exc)  # fmt: skip
@@ -374,7 +390,7 @@ def vanished_sink_commit(
     prefix = txn_app_id(batch.pipeline, "", batch.info.epoch)
     key = batch.idempotency_key
     try:
-        history = table.history(SEARCH_COMMITS if limit is None else limit)
+        history = numbered_history(table, SEARCH_COMMITS if limit is None else limit)
     except Exception as exc:  # evidence only
         logger.warning("cannot read the history of %s to look for a renamed sink's commits: "
                        "%s", table.table_uri, exc)  # fmt: skip

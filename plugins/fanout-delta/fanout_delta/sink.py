@@ -319,8 +319,9 @@ class DeltaSink(Sink):
         if first is None:
             return True
         # only the commits after it: history() reads every commit it returns; those of the
-        # batch written again after a restore (fanout_delta.plans.taken_out) hold it too
-        history = table.history(limit=max(last - first, 1))
+        # batch written again after a restore (fanout_delta.plans.taken_out) hold it too.
+        # Numbered from the newest listed commit: delta-rs numbers from the snapshot's
+        history = io.numbered_history(table, max(last - first, 1))
         commits = {first, *batch_commits(history, app_id, batch_id)}
         return not restored_away(
             history, commits, last, TableStates.of(table, self.storage_options)
@@ -551,8 +552,12 @@ class DeltaSink(Sink):
         translated to it) and Delta's concurrent-modification errors on Spark, among them
         a commit that lost to a ``txn`` of its app id (``ConcurrentTransactionException``: a
         later epoch's fence, which the retry reads and refuses, or a replayed batch another
-        driver committed, which the retry skips)."""
-        if super().is_transient(error):
+        driver committed, which the retry skips), and a replay's history that other writers'
+        commits kept from being numbered while a RESTORE is listed
+        (:class:`fanout.errors.HistoryUnsettledError`, :func:`fanout_delta.plans.taken_out`)."""
+        from fanout.errors import HistoryUnsettledError
+
+        if super().is_transient(error) or isinstance(error, HistoryUnsettledError):
             return True
         text = str(error)
         return any(
@@ -561,6 +566,7 @@ class DeltaSink(Sink):
                 "ConcurrentAppendException",
                 "ConcurrentModification",
                 "ConcurrentTransactionException",
+                "HistoryUnsettledError",  # raised on an executor: its text
             )
         )
 
@@ -885,12 +891,13 @@ def _as_list(value: Any) -> Any:
 def _fences_after(table: Any, version: int, last: int) -> int:
     """How many of the commits after ``version`` up to ``last`` are, all of them, epoch
     fences or their lifts (:data:`fanout_delta.fence.FENCE_KEY`; 0 when any is not)."""
+    from fanout.delta_tables.io import numbered_history
     from fanout_delta.fence import FENCE_KEY
 
     if last <= version:
         return 0
     try:
-        after = table.history(last - version)
+        after = numbered_history(table, last - version)
     except Exception:  # evidence only
         return 0
     if len(after) != last - version or any(FENCE_KEY not in info for info in after):

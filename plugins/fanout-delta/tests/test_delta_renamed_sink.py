@@ -242,3 +242,60 @@ def test_no_delete_way_when_later_versions_hold_another_sinks_marked_batch(
     back.process(spark.range(0, 4), _info(1))
     back.close()
     assert _ids(tmp_path / "table") == [0, 1, 2, 3]
+
+
+def test_the_refusal_names_the_old_sinks_commit_when_another_writer_commits_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No Spark. delta-rs (1.6) numbers the history from the snapshot's version: another
+    pipeline's commit to the table after the renamed sink loaded its snapshot numbered the
+    old sink's commit one lower, and the refusal named version 0 (the table's creation by
+    another writer), its way out "restore the table to before version 0". (A commit
+    without a plan just above the old sink's hid it: its txn actions were read from the
+    log file of the version it was numbered, the old sink's.)"""
+    import pyarrow as pa
+    from arrow_batches import FakeFrame
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+    from fanout_delta import DeltaSink
+    from fanout_delta.plans import CommitPlan
+
+    from fanout.contract.batch import Batch, txn_app_id
+    from fanout.contract.sink import SinkContext
+    from fanout.errors import RenamedSinkError
+
+    table = tmp_path / "table"
+    write_deltalake(str(table), pa.table({"id": pa.array([1], pa.int64())}))  # version 0
+
+    def written_by(name: str) -> tuple[DeltaSink, Batch]:
+        sink = DeltaSink(name=name, path=str(table))
+        sink.open(SinkContext(pipeline="ren", sinks=(name,)))
+        rows = FakeFrame(pa.table({"id": pa.array([3, 4, 5], pa.int64())}))
+        return sink, Batch(rows, _info(1), name, txn_app_id("ren", name))
+
+    old, batch = written_by("old")
+    old.write(batch)  # version 1; its mark lost
+    new, batch = written_by("new")
+    history = DeltaTable.history
+
+    other = CommitPlan(txn_app_id("other", "s"), 5, PLANNED).text()  # another pipeline's
+    properties = CommitProperties(custom_metadata={"userMetadata": other})
+
+    def racing(inner: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+        if DeltaTable(str(table)).version() == 1:  # once: version 2, after the snapshot
+            write_deltalake(str(table), pa.table({"id": pa.array([900], pa.int64())}),
+                            mode="append", commit_properties=properties)  # fmt: skip
+        return history(inner, limit)
+
+    monkeypatch.setattr(DeltaTable, "history", racing)
+    with pytest.raises(RenamedSinkError) as refused:
+        new.write(batch)
+
+    text = str(refused.value)
+    assert "table version 1)" in text  # bb398bc: "table version 0)"
+    assert "restore the table" not in text  # version 2, another writer's, would go with it
+    assert text.endswith(
+        "Taking the batch's commit (version 1) out of the table, by a RESTORE to before it, "
+        "is no way on here: its versions 2-2 would go with it (other sinks' marked batches, "
+        "another writer's rows), which nothing writes again"
+    )  # the merge of this test and of that rule: the snapshot's version offered RESTORE to 0
+    assert _ids(table) == [1, 3, 4, 5, 900]

@@ -272,3 +272,127 @@ def test_a_batch_restored_away_is_written_again_and_its_letters_kept_once(
     assert (replay.already_written, replay.dead_lettered) == (False, 2)
     assert letters(tmp_path / "a") == [(n, 10 * n + i) for n in range(3) for i in (0, 1)]
     assert ids(path) == [10 * n + i for n in range(3) for i in (2, 3)]
+
+
+class CommitsAsTheHistoryIsRead:
+    """Another writer's append (id 900) committed once, right before the first read of the
+    table's history: after the sink loaded its snapshot, before it looks for RESTOREs."""
+
+    def __init__(self, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.path, self.done = path, False
+        history = DeltaTable.history
+
+        def racing(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+            if not self.done:
+                self.done = True
+                write_deltalake(str(path), pa.table({"id": [900], "v": ["other"]}), mode="append")
+            return history(table, limit)
+
+        monkeypatch.setattr(DeltaTable, "history", racing)
+
+
+@pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
+def test_a_batch_restored_away_is_written_again_when_another_writer_commits_meanwhile(
+    tmp_path: Path, options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """delta-rs (1.6) lists the history from the newest commit in storage but numbers it
+    down from the snapshot's version: a commit by another writer after the replay loaded
+    its snapshot numbered batch 2's commit and the RESTORE one lower each, so the replay
+    read the restore as undoing the commit before it, found batch 2 held, and skipped it:
+    its rows lost (the ledger then marks it)."""
+    path = tmp_path / "t"
+    sink = opened(path, **options)
+    written(sink, 3)
+    restore_to_version(path, 1)  # batch 2 was version 2; the restore is version 3
+    race = CommitsAsTheHistoryIsRead(path, monkeypatch)
+
+    replay = sink.write(batch(2))
+
+    assert race.done
+    assert ids(path) == [*range(30), 900]
+    assert replay.already_written is False
+    assert sink.write(batch(2)).already_written is True
+    assert ids(path) == [*range(30), 900]
+
+
+def test_holds_batch_says_a_batch_restored_away_is_not_held_when_another_writer_commits_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start's check of a sink's last mark (``holds_batch``) reads the history the same
+    way: a commit landing after it opened the table answered "held" for a batch restored
+    away (the start then trusted the mark: the batch lost)."""
+    path = tmp_path / "t"
+    sink = opened(path, write_from="driver")
+    written(sink, 3)
+    restore_to_version(path, 1)
+    race = CommitsAsTheHistoryIsRead(path, monkeypatch)
+
+    assert sink.holds_batch("p", 0, 2) is False
+    assert race.done
+
+
+class CommitsAsEveryHistoryIsRead:
+    """Another writer appends (ids 900, 901, ...) during every listing of the table's
+    history, until :meth:`stop`: a table committed to faster than its history is read
+    (``numbered_history`` gives up after ``HISTORY_READS`` reads, 3 here)."""
+
+    def __init__(self, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        from fanout.delta_tables import io as deltaio
+
+        self.appended: list[int] = []
+        self.racing = True
+        history = DeltaTable.history
+
+        def racing(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+            listed = history(table, limit)
+            if self.racing:
+                self.appended.append(900 + len(self.appended))
+                new = pa.table({"id": [self.appended[-1]], "v": ["other"]})
+                write_deltalake(str(path), new, mode="append")
+            return listed
+
+        monkeypatch.setattr(DeltaTable, "history", racing)
+        monkeypatch.setattr(deltaio, "HISTORY_READS", 3)
+
+    def stop(self) -> None:
+        """The other writer pauses."""
+        self.racing = False
+
+
+@pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
+def test_a_replay_whose_history_cannot_be_numbered_is_retried_when_a_restore_is_listed(
+    tmp_path: Path, options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay of a batch restored away, on a table another writer commits to during each
+    read of its history: its numbering unknown, the replay cannot tell whether the RESTORE
+    listed took the batch out. It skipped it (its rows lost); it now fails with a transient
+    error, and its retry, once the history can be read, writes the batch again."""
+    path = tmp_path / "t"
+    sink = opened(path, **options)
+    written(sink, 3)
+    restore_to_version(path, 1)
+    race = CommitsAsEveryHistoryIsRead(path, monkeypatch)
+
+    with pytest.raises(Exception, match="RESTORE") as raised:
+        sink.write(batch(2))
+    assert sink.is_transient(raised.value)
+    assert ids(path) == [*range(20), *race.appended]
+
+    race.stop()
+    assert sink.write(batch(2)).already_written is False
+    assert ids(path) == [*range(30), *race.appended]
+
+
+def test_a_replay_whose_history_cannot_be_numbered_is_skipped_when_no_restore_is_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same busy table without a RESTORE among the commits read: nothing can have
+    taken the batch out, whatever their numbers, and the replay skips it as before."""
+    path = tmp_path / "t"
+    sink = opened(path, write_from="driver")
+    written(sink, 3)
+    race = CommitsAsEveryHistoryIsRead(path, monkeypatch)
+
+    assert sink.write(batch(2)).already_written is True
+    assert ids(path) == [*range(30), *race.appended]
+    assert len(race.appended) == 6  # 3 listings by the plan's check, 3 by the restore's

@@ -1,0 +1,71 @@
+"""delta-rs (1.6) lists a Delta table's history from the newest commit in storage but
+numbers it down from the snapshot's version (delta-io/delta-rs#4488): every reader of the
+history in fanout goes through :func:`fanout.delta_tables.io.numbered_history`, which
+numbers it from the newest commit listed and keeps the commits up to the snapshot's
+version (docs/architecture.md §4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+from fanout.delta_tables import io as deltaio
+from fanout.errors import HistoryUnsettledError
+
+
+def _append(path: Path, n: int) -> None:
+    """Commit row ``n``, its commit info naming it (``row``)."""
+    properties = CommitProperties(custom_metadata={"row": str(n)})
+    write_deltalake(str(path), pa.table({"n": [n]}), mode="append", commit_properties=properties)
+
+
+def _versions(history: list[dict[str, Any]]) -> list[tuple[int, str | None]]:
+    return [(info["version"], info.get("row")) for info in history]
+
+
+def test_a_stale_snapshots_history_is_numbered_from_the_newest_commit(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    for n in range(3):  # version v commits row v
+        _append(path, n)
+    stale = DeltaTable(str(path))  # at version 2
+    _append(path, 3)  # another handle's commit: version 3
+
+    # delta-rs lists version 3 too, and numbers the list down from 2: each one off
+    assert _versions(stale.history()) == [(2, "3"), (1, "2"), (0, "1"), (-1, "0")]
+    assert _versions(stale.history(1)) == [(2, "3"), (1, "2")]
+
+    assert _versions(deltaio.numbered_history(stale)) == [(2, "2"), (1, "1"), (0, "0")]
+    assert _versions(deltaio.numbered_history(stale, 1)) == [(2, "2")]
+    old = DeltaTable(str(path), version=1)  # a snapshot of an older version: the same
+    assert _versions(deltaio.numbered_history(old, 2)) == [(1, "1"), (0, "0")]
+    fresh = DeltaTable(str(path))
+    assert _versions(deltaio.numbered_history(fresh, 2)) == [(3, "3"), (2, "2")]
+
+
+def test_a_commit_landing_as_the_history_is_listed_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t"
+    for n in range(3):
+        _append(path, n)
+    table = DeltaTable(str(path))
+    history, listings = DeltaTable.history, []
+
+    def racing(inner: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+        listings.append(limit)
+        if len(listings) <= 2:  # a commit lands during each of the first two listings
+            _append(path, 2 + len(listings))
+        return history(inner, limit)
+
+    monkeypatch.setattr(DeltaTable, "history", racing)
+    assert _versions(deltaio.numbered_history(table, 2)) == [(2, "2"), (1, "1")]
+    assert listings == [2, 2, 2]
+
+    monkeypatch.setattr(deltaio, "HISTORY_READS", 2)
+    listings.clear()
+    with pytest.raises(HistoryUnsettledError, match="during each of 2 reads"):
+        deltaio.numbered_history(table, 2)
