@@ -151,30 +151,21 @@ def test_upsert_switched_to_append_between_a_crash_and_its_replay_is_refused(
     assert query(pg_url, letters) == [("pg", 6), ("pg", 7)]
 
 
-def test_a_checkpoint_reset_after_the_table_moved_writes_the_unmarked_batch_once(
-    spark: Any, pg_url: str, tmp_path: Path
-) -> None:
-    """Batch 1 committed into ``t1``, its mark lost; ``table`` moved to ``t2`` (a row of its
-    own) and the query started on a new checkpoint (a new epoch). Its start asks
-    ``holds_batch`` about batch 1: t1's marks say nothing of t2 ("cannot tell"), so the
-    start is not refused and records no lost mark, and the new epoch's first batch (batch
-    1's offsets again) lands in t2 once; t1 keeps its copy. Before (6d2ea65): the marks
-    answered True, the start was refused and batch 1's lost mark recorded, a batch t2
-    never got."""
+def _crash_move_and_reset(spark: Any, pg_url: str, ledger: str, **options: Any) -> None:
+    """Batch 0 marked; batch 1 committed into ``t1`` and its mark lost (the driver "dies");
+    ``table`` moved to ``t2`` (holding 100) and the query started on a new checkpoint (a
+    new epoch) with ``on_checkpoint_reset="new_epoch"``: the new epoch's first batch (batch
+    1's offsets again) must land in ``t2`` once, ``t1`` keeping its copy, and the ledger
+    record no lost mark."""
     from fanout.ledger.delta import DeltaLedger
-
-    execute(pg_url, "CREATE TABLE t1 (id bigint)", "CREATE TABLE t2 (id bigint)",
-            "INSERT INTO t2 VALUES (100)")  # fmt: skip
-    ledger = str(tmp_path / "ledger")
 
     def info(batch: int, query_id: str, end: int) -> BatchInfo:
         return BatchInfo("pgmove", batch, query_id, [{"orders": {"0": end}}])
 
-    _fan(pg_url, ledger).process(spark.range(0, 4), info(0, "q", 4))
+    _fan(pg_url, ledger, **options).process(spark.range(0, 4), info(0, "q", 4))
     with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
-        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), info(1, "q", 8))
-    sink = {"type": "postgres", "name": "pg", "url": pg_url, "table": "t2",
-            "mode": "append", "partitions": 2}  # fmt: skip
+        _fan(pg_url, MarkLost(ledger, "pg"), **options).process(spark.range(4, 8), info(1, "q", 8))
+    sink = _sink(pg_url, table="t2", **options)
     reset = FanOut("pgmove", ledger, [sink], retries=0, on_checkpoint_reset="new_epoch")
     assert reset.process(spark.range(4, 8), info(0, "q2", 8))["pg"].rows == 4
     reset.close()
@@ -185,6 +176,21 @@ def test_a_checkpoint_reset_after_the_table_moved_writes_the_unmarked_batch_once
         for e in DeltaLedger(ledger).committed_entries("pgmove")
     )
     assert marks == [(0, "pg", 0, False), (1, "pg", 0, False)]
+
+
+def test_a_checkpoint_reset_after_the_table_moved_writes_the_unmarked_batch_once(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Batch 1 committed into ``t1``, its mark lost; ``table`` moved to ``t2`` (a row of its
+    own) and the query started on a new checkpoint (a new epoch). Its start asks
+    ``holds_batch`` about batch 1: t1's marks say nothing of t2 ("cannot tell"), so the
+    start is not refused and records no lost mark, and the new epoch's first batch (batch
+    1's offsets again) lands in t2 once; t1 keeps its copy. Before (6d2ea65): the marks
+    answered True, the start was refused and batch 1's lost mark recorded, a batch t2
+    never got."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint)", "CREATE TABLE t2 (id bigint)",
+            "INSERT INTO t2 VALUES (100)")  # fmt: skip
+    _crash_move_and_reset(spark, pg_url, str(tmp_path / "ledger"))
 
 
 def test_an_append_sink_on_an_earlier_upsert_runs_records_is_told_of_the_restart(
@@ -358,30 +364,10 @@ def test_a_checkpoint_reset_after_an_upsert_table_moved_writes_the_unmarked_batc
     the start cannot tell (not refused, no lost mark), and the new epoch writes batch 1
     into ``t2`` once. Before (bb398bc): the rows, with only an OID, counted as holding the
     batch and the start was refused."""
-    from fanout.ledger.delta import DeltaLedger
-
     execute(pg_url, "CREATE TABLE t1 (id bigint PRIMARY KEY)",
             "CREATE TABLE t2 (id bigint PRIMARY KEY)", "INSERT INTO t2 VALUES (100)")  # fmt: skip
-    ledger = str(tmp_path / "ledger")
     upsert = {"mode": "upsert", "keys": ["id"], "dead_letter": "postgres:dead"}
-
-    def info(batch: int, query_id: str, end: int) -> BatchInfo:
-        return BatchInfo("pgmove", batch, query_id, [{"orders": {"0": end}}])
-
-    _fan(pg_url, ledger, **upsert).process(spark.range(0, 4), info(0, "q", 4))
-    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
-        _fan(pg_url, MarkLost(ledger, "pg"), **upsert).process(spark.range(4, 8), info(1, "q", 8))
-    sink = _sink(pg_url, table="t2", **upsert)
-    reset = FanOut("pgmove", ledger, [sink], retries=0, on_checkpoint_reset="new_epoch")
-    assert reset.process(spark.range(4, 8), info(0, "q2", 8))["pg"].rows == 4
-    reset.close()
-    assert _ids(pg_url, "t1") == [0, 1, 2, 3, 4, 5, 6, 7]
-    assert _ids(pg_url, "t2") == [4, 5, 6, 7, 100]
-    marks = sorted(
-        (e.epoch, e.sink, e.batch_id, e.lost)
-        for e in DeltaLedger(ledger).committed_entries("pgmove")
-    )
-    assert marks == [(0, "pg", 0, False), (1, "pg", 0, False)]
+    _crash_move_and_reset(spark, pg_url, str(tmp_path / "ledger"), **upsert)
 
 
 def test_an_accepted_replay_that_fails_between_its_partitions_completes_once(
