@@ -372,7 +372,10 @@ class FanOut:
         self.lagging.on_reopened = self.catchup.wake
         if self.spool is not None:
             self.spool.open()
-            check_spooled_sinks(self.pipeline, self.specs, self.spool, self.lagging.needs)
+            check_spooled_sinks(
+                self.pipeline, self.specs, self.spool, self.lagging.needs,
+                ledger_location(self.ledger),
+            )  # fmt: skip
         # last of what can refuse the setup: a FanOut that fails to start leaves the one
         # before it running; first of what releases the spool, which the one before must
         # no longer do beside this one

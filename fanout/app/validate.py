@@ -137,7 +137,7 @@ def _spooled_check(checks: list[Check], config: PipelineConfig, specs: dict[str,
 
     def held() -> None:
         spool.open()  # reads the index: it exists, so nothing is created
-        check_spooled_sinks(config.name, specs, spool, needs)
+        check_spooled_sinks(config.name, specs, spool, needs, command_location(str(config.ledger)))
 
     _check(checks, f"spool {config.spool}: holds no batch for a sink that no longer lags", held)
 

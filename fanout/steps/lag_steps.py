@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from fanout.contract.batch import Batch, SharedArrow, txn_app_id
 from fanout.contract.dead_letters import DELTA, split_target
+from fanout.contract.locations import command_location
 from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import BackfillSource
 from fanout.delta_tables.io import refuse_unusable_location
@@ -23,6 +24,7 @@ from fanout.errors import (
     RenamedSinkError,
     TargetLostError,
     batch_ranges,
+    shell_word,
 )
 from fanout.ledger.entry import now_utc
 from fanout.ledger.gaps import release_command
@@ -73,20 +75,37 @@ def check_spooled_sinks(
     specs: Mapping[str, SinkSpec],
     spool: Spool,
     needs: Callable[[str, BatchKey], bool],
+    ledger: str,
 ) -> None:
     """Refuse to start when the spool holds batches for a sink that no longer lags and
     still ``needs`` them (its ledger mark is older): it would skip them. Index rows of
     batches its mark holds (caught up, or given up by ``fanout ledger skip``) are released
-    at this start."""
+    at this start. The refusal names the ``fanout status`` that shows the sink behind (with
+    the spool: without it, a lagging sink reads ``stopped``) and the release that gives
+    the batches up; ``ledger``: the ledger as commands name it
+    (:func:`fanout.ledger.entry.ledger_location`)."""
+    needed: dict[str, list[BatchKey]] = {}
     for batch in spool.batches():
         for sink in sorted(batch.needed_by):
             if sink in specs and not specs[sink].lag.uses_spool and needs(sink, batch.key):
-                raise ConfigurationError(
-                    f"pipeline {pipeline!r}: sink {sink!r} still needs batches from the spool "
-                    f"at {spool.path} (the oldest: batch {batch.batch_id}) but no longer has "
-                    "on_failure='lag'; it would skip them. Keep on_failure='lag' until "
-                    "`fanout status` shows it live."
-                )
+                needed.setdefault(sink, []).append(batch.key)
+    for sink, keys in sorted(needed.items()):
+        epoch = min(keys)[0]
+        ids = sorted(b for e, b in keys if e == epoch)
+        status = (
+            f"fanout status --ledger {ledger} --pipeline {shell_word(pipeline)} "
+            f"--spool {command_location(spool.path)}"
+        )
+        raise ConfigurationError(
+            f"pipeline {pipeline!r}: sink {sink!r} still needs batches from the spool "
+            f"at {spool.path} (the oldest: batch {ids[0]} of epoch {epoch}) but no longer has "
+            "on_failure='lag'; it would skip them. Keep on_failure='lag' until it has "
+            f"caught up: `{status}` lists it 'lagging' or 'catching up' until then (once "
+            "every sink is live, the table has no state column). Or, if it must never get "
+            "them, give them up (they are released from the spool, the sink's next batch "
+            f"writes it): `{release_command(ledger, pipeline, sink, ids[-1], epoch, spool.path)}`"
+            + ("." if len({e for e, _ in keys}) == 1 else " (then start again for later epochs).")
+        )
 
 
 def warn_left_out(

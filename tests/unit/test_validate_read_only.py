@@ -264,8 +264,14 @@ def test_validate_refuses_a_spool_holding_batches_of_a_sink_that_no_longer_lags(
     assert checklist.checks[-1].line() == (
         f"  FAIL  spool {tmp_path}/spool: holds no batch for a sink that no longer lags: "
         f"pipeline 'p': sink 'bronze' still needs batches from the spool at {tmp_path}/spool "
-        "(the oldest: batch 3) but no longer has on_failure='lag'; it would skip them. Keep "
-        "on_failure='lag' until `fanout status` shows it live."
+        "(the oldest: batch 3 of epoch 0) but no longer has on_failure='lag'; it would skip "
+        "them. Keep on_failure='lag' until it has caught up: `fanout status --ledger "
+        f"{tmp_path}/ledger --pipeline p --spool {tmp_path}/spool` lists it 'lagging' or "
+        "'catching up' until then (once every sink is live, the table has no state column). "
+        "Or, if it must never get them, give them up (they are released from the spool, the "
+        "sink's next batch writes it): `fanout ledger skip --ledger "
+        f"{tmp_path}/ledger --pipeline p --sink bronze --through 3 --epoch 0 --spool "
+        f"{tmp_path}/spool --release-spooled`."
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml", "spool"]
 
