@@ -210,6 +210,7 @@ def test_the_three_checks_raise_one_class_with_one_advice(monkeypatch: pytest.Mo
     batch = Batch(None, BatchInfo("p", 1), "new", "fanout/p/new")
     plan = CommitPlan("fanout/p/old", 1, 0, None, version=7)
     monkeypatch.setattr(fanout_delta.plans, "vanished_sink_commit", lambda *a: plan)
+    monkeypatch.setattr("fanout.delta_tables.io.latest_version", lambda table: table.version())
     with pytest.raises(RenamedSinkError) as delta:
         newest = type("Table", (), {"version": lambda self: 7})()  # the batch's commit, newest
         refuse_vanished_sink(newest, batch, "new", "/lake/t", ["new"], False)  # type: ignore[arg-type]
@@ -376,6 +377,8 @@ def test_the_delta_refusal_offers_no_removal_taking_later_commits_with_it(
 
     plan = CommitPlan("fanout/p/old", 1, 0, None, version=version)
     monkeypatch.setattr(fanout_delta.plans, "vanished_sink_commit", lambda *a: plan)
+    # the newest version in storage (the fake's), not the snapshot's: io.latest_version
+    monkeypatch.setattr("fanout.delta_tables.io.latest_version", lambda table: table.version())
     table = type("Table", (), {"version": version_of})()
     with pytest.raises(RenamedSinkError) as refused:
         refuse_vanished_sink(table, Batch(None, BatchInfo("p", 1), "new", "fanout/p/new"),  # type: ignore[arg-type]
