@@ -111,6 +111,19 @@ def release_command(
     )
 
 
+def status_command(ledger: str, pipeline: str, spool: str) -> str:
+    """The ``fanout status`` that lists a pipeline's sinks behind, each ``lagging`` or
+    ``catching up`` until the spool keeps nothing for it (without ``--spool`` a lagging
+    sink reads ``stopped``; once every sink is live the table has no state column).
+
+    :param ledger: the ledger as the command names it (as :func:`release_command`'s).
+    :param spool: the spool's location."""
+    return (
+        f"fanout status --ledger {ledger} --pipeline {shell_word(pipeline)} "
+        f"--spool {command_location(spool)}"
+    )
+
+
 def mark_weight(skip: bool, lost: bool = False) -> int:
     """Of a sink's committed marks of one batch, how far each is believed (the highest
     wins, wherever fanout reads two marks of a batch): a write's own mark (2) over a lost

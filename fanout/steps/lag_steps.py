@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from fanout.contract.batch import Batch, SharedArrow, txn_app_id
 from fanout.contract.dead_letters import DELTA, split_target
-from fanout.contract.locations import command_location
 from fanout.contract.sessions import in_spark_thread
 from fanout.contract.sink import BackfillSource
 from fanout.delta_tables.io import refuse_unusable_location
@@ -24,10 +23,9 @@ from fanout.errors import (
     RenamedSinkError,
     TargetLostError,
     batch_ranges,
-    shell_word,
 )
 from fanout.ledger.entry import now_utc
-from fanout.ledger.gaps import release_command
+from fanout.ledger.gaps import release_command, status_command
 from fanout.observe.logs import batch_fields
 from fanout.observe.secrets import redact_printed
 from fanout.sink_spec import SinkSpec
@@ -92,10 +90,7 @@ def check_spooled_sinks(
     for sink, keys in sorted(needed.items()):
         epoch = min(keys)[0]
         ids = sorted(b for e, b in keys if e == epoch)
-        status = (
-            f"fanout status --ledger {ledger} --pipeline {shell_word(pipeline)} "
-            f"--spool {command_location(spool.path)}"
-        )
+        status = status_command(ledger, pipeline, spool.path)
         raise ConfigurationError(
             f"pipeline {pipeline!r}: sink {sink!r} still needs batches from the spool "
             f"at {spool.path} (the oldest: batch {ids[0]} of epoch {epoch}) but no longer has "

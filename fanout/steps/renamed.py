@@ -57,7 +57,7 @@ from fanout.contract.locations import shown_location
 from fanout.contract.sink import PartlyHeld, Sink, renamed_sink_advice
 from fanout.errors import RenamedSinkError, batch_ranges
 from fanout.ledger.entry import Ledger
-from fanout.ledger.gaps import release_command
+from fanout.ledger.gaps import release_command, status_command
 from fanout.observe.secrets import redact
 from fanout.steps.holds import NoAnswer, bounded
 from fanout.steps.lost_target import target_text
@@ -203,6 +203,7 @@ def _unmarked_error(
     batch, ``(epoch, batch id)``."""
     epoch, batch = key
     release = release_command(spooled.ledger, pipeline, other, max(missed), epoch, spooled.spool)
+    status = status_command(spooled.ledger, pipeline, spooled.spool)
     target = redact(target_text(sink), sink.secret_values())
     return RenamedSinkError(
         f"the spool at {shown_location(spooled.spool)} keeps batches {batch_ranges(missed)} "
@@ -213,7 +214,7 @@ def _unmarked_error(
         f"and {target} would never get batches {batch_ranges(missed)}, and fanout cannot "
         f"ask that target (it holds no batch of {other!r} in the epoch). Nothing was "
         f"written. Either rename the sink back to {other!r} and restart: it catches up from "
-        "the spool (rename it once `fanout status` shows it live, nothing spooled for it); "
+        f"the spool (rename it once `{status}` no longer lists it behind); "
         f"or, if {other!r} was removed for good (or the target must not get those batches), "
         f"give them up and release them with `{release}` and restart",
         sink=sink.name,
@@ -253,6 +254,7 @@ def _ask_lagging(
     run's first batch, ``(epoch, batch id)``."""
     epoch, batch = key
     release = release_command(spooled.ledger, pipeline, other, max(missed), epoch, spooled.spool)
+    status = status_command(spooled.ledger, pipeline, spooled.spool)
     kept = (
         f"the spool at {shown_location(spooled.spool)} keeps batches {batch_ranges(missed)} "
         f"of epoch {epoch} for sink {other!r}"
@@ -284,8 +286,8 @@ def _ask_lagging(
         f"lagged: {sink.name!r} is {other!r} renamed while it lagged, and would start with "
         f"this batch, so that target would never get batches {batch_ranges(missed)}. "
         "Nothing was written. Either rename the sink back to "
-        f"{other!r} and restart: it catches up from the spool (rename it once `fanout "
-        "status` shows it live, nothing spooled for it); or, if the target must not get "
+        f"{other!r} and restart: it catches up from the spool (rename it once "
+        f"`{status}` no longer lists it behind); or, if the target must not get "
         "those batches (or you write them there yourself), give them up and release them "
         f"with `{release}` and restart",
         sink=sink.name,
