@@ -435,7 +435,10 @@ class DeltaSink(Sink):
         when it is the table's last commit but for epoch fences (commits without rows a
         new epoch's start makes, :mod:`fanout_delta.fence`: the next start makes them
         again); the log is walked back from the latest version, at most 100 versions: a
-        refusal's path, never a batch's."""
+        refusal's path, never a batch's. The latest version is the newest in storage
+        (:func:`fanout.delta_tables.io.latest_version`, one log listing), the snapshot
+        brought up to it when another writer committed since it was opened: a restore
+        offered from the snapshot's version would take that writer's commit with it."""
         from fanout.contract.batch import txn_app_id
         from fanout.delta_tables import io
 
@@ -443,6 +446,8 @@ class DeltaSink(Sink):
         latest = None if path is None else io.open_table(path, self.storage_options)
         if path is None or latest is None:
             return None
+        if io.latest_version(latest) > latest.version():  # committed to since it was opened
+            latest.update_incremental()
         last = latest.version()
         version = self._batch_version(app_id, batch_id, last)
         if not version:

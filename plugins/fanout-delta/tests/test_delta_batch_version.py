@@ -87,3 +87,30 @@ def test_a_batch_past_the_100_versions_searched_is_not_found(tmp_path: Path) -> 
     assert sink._batch_version(app_id, 3, 102) == 3
     assert sink.remove_batch_hint("p", 0, 2) is None
     assert sink.holds_batch("p", 0, 2) is True  # not found: held, as before
+
+
+def test_the_remove_hint_offers_no_restore_past_a_commit_made_after_the_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hint reads the table's newest version in storage, not the snapshot's: another
+    writer's commit after the snapshot was loaded (row 900, version 3) would go with a
+    restore to the version before the batch's commit."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from fanout.delta_tables import io
+
+    path = tmp_path / "t"
+    app_id = txn_app_id("p", "s", 0)
+    for batch_id in range(3):  # version v commits batch v
+        _commit(path, app_id, batch_id)
+    stale = DeltaTable(str(path))  # at version 2, the batch's commit the newest
+    write_deltalake(str(path), pa.table({"id": pa.array([900], pa.int64())}), mode="append")
+    monkeypatch.setattr(io, "open_table", lambda *_args, **_kwargs: stale)
+    sink = DeltaSink("s", path=str(path))
+
+    assert sink.remove_batch_hint("p", 0, 2) == (
+        f"Its rows are version 2 of the Delta table at {path}; versions 3-3 came after it, "
+        "so a restore to version 1 would remove those too: delete the rows version 2 added "
+        "instead."
+    )
+    assert sorted(DeltaTable(str(path)).to_pyarrow_table()["id"].to_pylist()) == [0, 1, 2, 900]
