@@ -69,3 +69,24 @@ def test_a_commit_landing_as_the_history_is_listed_is_read_again(
     listings.clear()
     with pytest.raises(HistoryUnsettledError, match="during each of 2 reads"):
         deltaio.numbered_history(table, 2)
+
+
+def test_no_code_of_fanout_reads_delta_rs_history_but_io() -> None:
+    """Every history read goes through :func:`fanout.delta_tables.io` (``numbered_history``,
+    or ``commit_metadata``, which uses no version): a new ``.history(`` call elsewhere in
+    the core or a plugin would number a stale snapshot's history wrongly again (the
+    compaction check and the Delta replay lost rows so, docs/architecture.md §4)."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    sources = [*root.glob("fanout/**/*.py"), *root.glob("plugins/*/fanout_*/**/*.py")]
+    io = root / "fanout" / "delta_tables" / "io.py"
+    call = re.compile(r"\.history\(")
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sources
+        if path != io
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if call.search(line) and not line.lstrip().startswith(('"', "#"))
+    ]
+    assert len(sources) > 100 and found == [], found
