@@ -272,7 +272,7 @@ class DeltaLedger:
             log.warning(
                 "ledger %s: could not set %s = %r (its log keeps Delta's default 30 days, "
                 "and every mark lists all of it): %s",
-                self._shown, LOG_RETENTION_PROPERTY, self.log_retention, exc,
+                self._shown, LOG_RETENTION_PROPERTY, self.log_retention, self._masked(exc),
             )  # fmt: skip
             return
         log.info(
@@ -721,10 +721,12 @@ class DeltaLedger:
         try:
             done = self._compaction(table)
         except CompactionError as exc:  # rows stay duplicated: say so loudly
-            log.error("ledger %s: %s", self._shown, exc)
+            log.error("ledger %s: %s", self._shown, self._masked(exc))
             table.update_incremental()
         except Exception as exc:
-            log.warning("ledger %s: compacting its small files failed: %s", self._shown, exc)
+            log.warning(
+                "ledger %s: compacting its small files failed: %s", self._shown, self._masked(exc)
+            )  # to an application's handlers too: masked
             table.update_incremental()  # the known transactions follow its version
         else:
             log.debug("ledger %s: compacted %s small files", self._shown, done.files_removed)

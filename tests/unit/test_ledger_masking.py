@@ -297,3 +297,29 @@ def test_a_ledger_unreachable_at_a_batchs_lookup_fails_the_batch_with_a_masked_l
         "(s3://ck:***@b/ledger); check that its store is reachable, then run again"
     )
     assert sink.calls == [(0, 1)]  # batch 1 written to no sink
+
+
+def test_a_failed_ledger_compaction_is_logged_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A compaction of the ledger's small files that fails (another writer compacted
+    first, the store down) is logged, not raised: the store's error, which names the
+    location as written, went to the application's own handlers, which mask nothing."""
+    import fanout.ledger.delta as delta_ledger
+
+    ledger = DeltaLedger(str(tmp_path / "ledger"), compact_after_files=2)
+    fan = FanOut("masked", ledger, [ScriptedSink("a")], retries=0)
+    ledger.path = f"s3://k:{LEDGER_PASSWORD}@b/ledger"  # as a store's error names it
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(f"Generic S3 error: put {ledger.path}/part-1.parquet: timed out")
+
+    monkeypatch.setattr(delta_ledger.DeltaLedger, "_compaction", refused)
+    try:
+        for batch in (0, 1):  # two files added: compacted after the second mark
+            fan.process(SchemaFrame([batch]), BatchInfo("masked", batch, "q"))
+    finally:
+        fan.close()
+    said = [r.getMessage() for r in caplog.records if "compacting" in r.getMessage()]
+    assert said and not [m for m in said if LEDGER_PASSWORD in m], said
+    assert "Generic S3 error: put s3://k:***@b/ledger/part-1.parquet: timed out" in said[0]
