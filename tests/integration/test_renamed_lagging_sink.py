@@ -51,9 +51,15 @@ def _ids(path: Path) -> Counter[int]:
     return Counter(r["order_id"] for r in delta_rows(path))
 
 
-def test_a_lagging_sink_renamed_with_batches_spooled_for_it_is_refused(
-    spark: Any, tmp_path: Path
-) -> None:
+def _spooled(fan: FanOut) -> list[tuple[int, list[str]]]:
+    assert fan.spool is not None
+    return [(b.batch_id, sorted(b.needed_by)) for b in fan.spool.batches()]
+
+
+def _lag_on_batches_1_and_2(spark: Any, tmp_path: Path) -> list[tuple[int, list[str]]]:
+    """Sink ``copy`` writes batch 0, then lags on batches 1 and 2 (its table moved aside,
+    a file in its place; no probe: they stay spooled for it); its table put back after
+    the run. What the spool kept, for whom, at the run's end."""
     copy, aside = tmp_path / "copy", tmp_path / "copy-aside"
     first = _fan(tmp_path, "copy")
     try:
@@ -63,14 +69,39 @@ def test_a_lagging_sink_renamed_with_batches_spooled_for_it_is_refused(
         copy.write_text("not a table")  # copy's writes fail: it lags on batches 1 and 2
         _batch(spark, first, 1)
         _batch(spark, first, 2)
-        assert first.spool is not None
-        assert [(b.batch_id, sorted(b.needed_by)) for b in first.spool.batches()] == [
-            (1, ["copy"]), (2, ["copy"]),
-        ]  # fmt: skip
+        spooled = _spooled(first)
     finally:
         first.close()
     copy.unlink()
     aside.rename(copy)
+    return spooled
+
+
+def _lag_from_batch_0(spark: Any, tmp_path: Path) -> list[tuple[int, list[str]]]:
+    """Sink ``copy`` lags from batch 0 on (its table path a file: no mark in the epoch),
+    batches 0 and 1 spooled for it; the file removed after the run. What the spool kept,
+    for whom, at the run's end."""
+    copy = tmp_path / "copy"
+    first = _fan(tmp_path, "copy")
+    try:
+        if copy.exists():
+            shutil.rmtree(copy)
+        copy.write_text("not a table")  # copy's writes fail from the first batch on
+        first.catchup.stop()
+        _batch(spark, first, 0)
+        _batch(spark, first, 1)
+        spooled = _spooled(first)
+    finally:
+        first.close()
+    copy.unlink()
+    return spooled
+
+
+def test_a_lagging_sink_renamed_with_batches_spooled_for_it_is_refused(
+    spark: Any, tmp_path: Path
+) -> None:
+    copy = tmp_path / "copy"
+    assert _lag_on_batches_1_and_2(spark, tmp_path) == [(1, ["copy"]), (2, ["copy"])]
     batch_0 = Counter({0: 1, 1: 1, 2: 1})
     assert _ids(copy) == batch_0
 
@@ -79,8 +110,7 @@ def test_a_lagging_sink_renamed_with_batches_spooled_for_it_is_refused(
         # a run with no new batch (available_now, nothing to read): its final catch-up has
         # nothing for copy2, writes nothing, and the spool keeps batches 1 and 2 for copy
         assert {n: s.state for n, s in renamed.catch_up(timeout_s=60).items()} == {"copy2": "live"}
-        assert renamed.spool is not None
-        assert [(b.batch_id, sorted(b.needed_by)) for b in renamed.spool.batches()] == [
+        assert _spooled(renamed) == [
             (1, ["copy"]), (2, ["copy"]),
         ]  # fmt: skip
         assert _ids(copy) == batch_0
@@ -116,21 +146,7 @@ def test_a_sink_lagging_since_the_epochs_first_batch_renamed_is_refused_and_rele
     2 and batches 0 and 1 stayed in the spool for ``copy``); then the release command the
     refusal prints, run as printed, gives them up and the renamed sink starts with batch 2."""
     copy = tmp_path / "copy"
-    first = _fan(tmp_path, "copy")
-    try:
-        if copy.exists():
-            shutil.rmtree(copy)
-        copy.write_text("not a table")  # copy's writes fail from the first batch on
-        first.catchup.stop()
-        _batch(spark, first, 0)
-        _batch(spark, first, 1)
-        assert first.spool is not None
-        assert [(b.batch_id, sorted(b.needed_by)) for b in first.spool.batches()] == [
-            (0, ["copy"]), (1, ["copy"]),
-        ]  # fmt: skip
-    finally:
-        first.close()
-    copy.unlink()
+    assert _lag_from_batch_0(spark, tmp_path) == [(0, ["copy"]), (1, ["copy"])]
 
     renamed = _fan(tmp_path, "copy2")
     try:
@@ -218,19 +234,8 @@ def test_a_renamed_sink_opened_late_is_asked_before_its_catch_up_writes(
     sink's (before: the table held batches 0 and 3, never 1 and 2, and ``copy2``, marked,
     was no longer new at the next start). It is asked once it opens, before its first
     write: it lags with the :class:`RenamedSinkError`, the other sink goes on."""
-    copy, aside = tmp_path / "copy", tmp_path / "copy-aside"
-    first = _fan(tmp_path, "copy")
-    try:
-        first.catchup.stop()  # no probe: the batches stay spooled for copy
-        _batch(spark, first, 0)
-        copy.rename(aside)
-        copy.write_text("not a table")  # copy's writes fail: it lags on batches 1 and 2
-        _batch(spark, first, 1)
-        _batch(spark, first, 2)
-    finally:
-        first.close()
-    copy.unlink()
-    aside.rename(copy)
+    copy = tmp_path / "copy"
+    _lag_on_batches_1_and_2(spark, tmp_path)
     batch_0 = Counter({0: 1, 1: 1, 2: 1})
 
     renamed, behind = _run_with_copy2_down(spark, tmp_path, monkeypatch, 3)
@@ -248,8 +253,7 @@ def test_a_renamed_sink_opened_late_is_asked_before_its_catch_up_writes(
     )
     # the live batch's failure is the open's (or, if its reopen was done first, the refusal)
     assert (3, "RenamedSinkError") in failed and {b for b, _ in failed} == {3}
-    assert renamed.spool is not None
-    assert [(b.batch_id, sorted(b.needed_by)) for b in renamed.spool.batches()] == [
+    assert _spooled(renamed) == [
         (1, ["copy"]), (2, ["copy"]), (3, ["copy2"]),
     ]  # fmt: skip
 
@@ -264,17 +268,7 @@ def test_a_sink_lagging_since_the_epochs_first_batch_renamed_and_opened_late_is_
     name the ledger knew (before: no refusal, the table got batch 2 only and batches 0 and
     1 stayed spooled for ``copy``). It lags with the :class:`RenamedSinkError`."""
     copy = tmp_path / "copy"
-    first = _fan(tmp_path, "copy")
-    try:
-        if copy.exists():
-            shutil.rmtree(copy)
-        copy.write_text("not a table")  # copy's writes fail from the first batch on
-        first.catchup.stop()
-        _batch(spark, first, 0)
-        _batch(spark, first, 1)
-    finally:
-        first.close()
-    copy.unlink()
+    _lag_from_batch_0(spark, tmp_path)
 
     renamed, behind = _run_with_copy2_down(spark, tmp_path, monkeypatch, 2)
     assert not copy.exists()  # before: batch 2 written there, batches 0 and 1 never
@@ -283,8 +277,7 @@ def test_a_sink_lagging_since_the_epochs_first_batch_renamed_and_opened_late_is_
     assert "RenamedSinkError" in text and "batches 0-1 of epoch 0 for sink 'copy'" in text
     assert "rename the sink back to 'copy'" in text
     assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(3) for i in range(3)})
-    assert renamed.spool is not None
-    assert [(b.batch_id, sorted(b.needed_by)) for b in renamed.spool.batches()] == [
+    assert _spooled(renamed) == [
         (0, ["copy"]), (1, ["copy"]), (2, ["copy2"]),
     ]  # fmt: skip
 
@@ -359,8 +352,7 @@ def test_a_sink_renamed_mid_batch_opened_late_does_not_write_the_batch_twice(
         third.close()
     assert _ids(tmp_path / "copy") == held
     assert _ids(tmp_path / "lake") == Counter({b * 10 + i: 1 for b in range(3) for i in range(3)})
-    assert third.spool is not None
-    assert [(b.batch_id, sorted(b.needed_by)) for b in third.spool.batches()] == [
+    assert _spooled(third) == [
         (1, ["copy2"]), (2, ["copy2"]),
     ]  # fmt: skip
     refusals = [
