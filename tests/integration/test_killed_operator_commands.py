@@ -1,0 +1,112 @@
+"""The operator commands killed (SIGKILL) mid-way, then run again as an operator would, and
+the pipeline on: no row lost or written twice, one mark per batch and sink, nothing left in
+the spool that should have gone (docs/architecture.md, "Operator commands killed mid-way").
+
+Each command runs in a process of its own, killed at a named point of its code by
+``tests.kill_at`` (a test-only wrapper: fanout's code has no hook). Delta ledger and spool
+(delta-rs); the pipeline is a ``FanOut`` driven with Arrow frames (no Spark start)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from fanout import FanOut, SinkWriteError
+from fanout.contract.batch import BatchInfo
+from fanout.ledger.delta import DeltaLedger
+from fanout.sink_spec import SinkSpec, lag_policy
+from fanout.spool.table import Spool
+from tests.cli_process import fanout_process
+from tests.kill_at import KILLED, fanout_killed_at
+from tests.unit.fakes import SchemaFrame, ScriptedSink, spooled_ids
+
+FRAMES = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(8)}
+
+
+def _marks(ledger: str, pipeline: str) -> Counter[tuple[str, int]]:
+    """How many committed rows each (sink, batch) has in the ledger, as of its log."""
+    return Counter(
+        (r["sink"], r["batch_id"])
+        for r in DeltaLedger(ledger).rows(pipeline)
+        if r["status"] == "committed"
+    )
+
+
+def _spooled(spool: str, pipeline: str) -> dict[int, list[str]]:
+    """Per batch the spool's index holds, the sinks it is held for."""
+    opened = Spool(spool, pipeline)
+    opened.open()
+    return {b.batch_id: sorted(b.needed_by) for b in opened.batches()}
+
+
+def test_skip_release_spooled_killed_at_each_step_then_run_again_releases_what_it_gave_up(
+    tmp_path: Path,
+) -> None:
+    """``fanout ledger skip --release-spooled`` records the sink's mark, then deletes the
+    sink's index rows of the spooled batches (one Delta commit per batch), then the rows no
+    index row names, then vacuums their files. Killed after each of those steps, the same
+    command run again finds the mark there ("no mark recorded") and releases what is left;
+    the pipeline then cleans the rows an index deletion left orphaned, and the sink's next
+    batch is the only one written to it."""
+    ledger, spool = str(tmp_path / "ledger"), str(tmp_path / "spool")
+    good = ScriptedSink("good")
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    lag = SinkSpec(down, lag=lag_policy("down", {"on_failure": "lag"}))
+    fan = FanOut("cut", ledger, [good, lag], backoff_s=0, spool=spool, probe_interval_s=3600)
+    try:
+        fan.catchup.stop()
+        for batch in range(3):
+            fan.process(FRAMES[batch], BatchInfo("cut", batch, "q"))
+    finally:
+        fan.close()
+    assert _spooled(spool, "cut") == {0: ["down"], 1: ["down"], 2: ["down"]}
+    skip = ["ledger", "skip", "--ledger", ledger, "--pipeline", "cut", "--sink", "down",
+            "--through", "2", "--spool", spool, "--release-spooled"]  # fmt: skip
+
+    # killed right after the mark's commit: the mark is there, the spool untouched
+    cut = fanout_killed_at("fanout.ledger.delta:DeltaLedger.mark_committed", "after", 1, *skip)
+    assert cut.returncode == KILLED, cut.stderr
+    assert DeltaLedger(ledger).last_committed("cut", ["good", "down"]) == {"good": 2, "down": 2}
+    assert _spooled(spool, "cut") == {0: ["down"], 1: ["down"], 2: ["down"]}
+
+    # run again, killed after its first index deletion: batch 0 leaves the index
+    cut = fanout_killed_at("deltalake:DeltaTable.delete", "after", 1, *skip)
+    assert cut.returncode == KILLED, cut.stderr
+    assert _spooled(spool, "cut") == {1: ["down"], 2: ["down"]}
+    assert spooled_ids(Spool(spool, "cut"), (0, 0)) == [0, 1]  # its rows orphaned
+
+    # run again, killed after the index deletions, before the rows': all orphaned
+    cut = fanout_killed_at("fanout.spool.table:Spool._delete_rows", "before", 1, *skip)
+    assert cut.returncode == KILLED, cut.stderr
+    assert _spooled(spool, "cut") == {}
+    assert [spooled_ids(Spool(spool, "cut"), (0, b)) for b in range(3)] == [
+        [0, 1],
+        [10, 11],
+        [20, 21],
+    ]
+
+    # run again to its end: nothing to record, nothing indexed to release
+    done = fanout_process(*skip)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(
+        "pipeline 'cut', sink 'down', epoch 0: already holds batch 2 (its mark: 2); no mark "
+        "recorded\n"
+    )
+
+    # the pipeline on: its start removes the orphaned rows, the sink gets batch 3 only
+    down.always_fail = None
+    fan = FanOut("cut", ledger, [good, lag], backoff_s=0, spool=spool, probe_interval_s=3600)
+    try:
+        assert [spooled_ids(Spool(spool, "cut"), (0, b)) for b in range(3)] == [[], [], []]
+        fan.process(FRAMES[3], BatchInfo("cut", 3, "q"))
+    finally:
+        fan.close()
+    assert down.calls == [(0, 1), (3, 1)]  # its failed live attempt, then batch 3
+    assert [b for b, _ in good.calls] == [0, 1, 2, 3]
+    # one mark each: good's four, the skip's of 0-2 at batch 2 (made once), down's of 3
+    assert _marks(ledger, "cut") == {
+        **{("good", b): 1 for b in range(4)},
+        ("down", 2): 1,
+        ("down", 3): 1,
+    }
+    assert _spooled(spool, "cut") == {}
