@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from deltalake import DeltaTable
+
 from fanout import FanOut, SinkWriteError
 from fanout.contract.batch import BatchInfo
 from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.spool.table import Spool
 from tests.cli_process import fanout_process
@@ -110,3 +113,54 @@ def test_skip_release_spooled_killed_at_each_step_then_run_again_releases_what_i
         ("down", 3): 1,
     }
     assert _spooled(spool, "cut") == {}
+
+
+def test_ledger_maintain_killed_after_each_commit_beside_a_pipeline_marking_the_ledger(
+    tmp_path: Path,
+) -> None:
+    """``fanout ledger maintain`` commits its compaction (one overwrite of the ledger with
+    its own rows), then its vacuum, then writes a log checkpoint, then cleans the log.
+    Killed after each (the compaction's check against a racing OPTIMIZE, the vacuum and
+    the checkpoint never run), with a pipeline marking the same ledger from a snapshot
+    older than the kill, then run again to its end: every mark is there once, and the
+    marks' transactions (the sinks' last batches, the high-water mark) are the last
+    batch's."""
+    path = str(tmp_path / "ledger")
+    running = DeltaLedger(path, compact_after_files=None)  # a pipeline's ledger, kept open
+    running.open()
+
+    def mark(batch: int) -> None:
+        for sink in ("a", "b"):
+            assert running.mark_committed(_mark("m", sink, batch))
+
+    for batch in range(6):
+        mark(batch)
+    maintain = ["ledger", "maintain", "--ledger", path, "--retention-hours", "0"]
+    points = [
+        ("fanout.ledger.delta:_overwrite_with_own_rows", "after"),
+        ("deltalake:DeltaTable.vacuum", "after"),
+        ("deltalake:DeltaTable.create_checkpoint", "after"),
+        ("deltalake:DeltaTable.cleanup_metadata", "before"),
+    ]
+    for batch, (target, when) in enumerate(points, start=6):
+        cut = fanout_killed_at(target, when, 1, *maintain)
+        assert cut.returncode == KILLED, (target, cut.stderr)
+        assert len(DeltaTable(path).file_uris()) == 1  # its compaction committed
+        checkpoints = list((tmp_path / "ledger" / "_delta_log").glob("*.checkpoint.parquet"))
+        assert bool(checkpoints) == (batch >= 8), target
+        mark(batch)  # the pipeline's snapshot is from before the killed command's commits
+    done = fanout_process(*maintain)
+    assert done.returncode == 0, done.stderr
+    assert "log checkpoint written" in done.stdout
+    mark(10)
+
+    fresh = DeltaLedger(path)
+    assert _marks(path, "m") == {(s, b): 1 for s in ("a", "b") for b in range(11)}
+    assert fresh.last_committed("m", ["a", "b"]) == {"a": 10, "b": 10}
+    assert fresh.high_water("m") == 10
+    assert running.last_committed("m", ["a", "b"]) == {"a": 10, "b": 10}
+    assert not running.mark_committed(_mark("m", "a", 10))  # marked twice: a no-op
+
+
+def _mark(pipeline: str, sink: str, batch: int) -> LedgerEntry:
+    return LedgerEntry(pipeline, sink, batch, "committed", query_id="q", rows=2)
