@@ -14,9 +14,12 @@ from pathlib import Path
 from deltalake import DeltaTable
 
 from fanout import FanOut, SinkWriteError
+from fanout.app.recover import recorded_text
 from fanout.contract.batch import BatchInfo
+from fanout.delta_tables.io import transaction_version
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.recovery import recovery_app_id, started_from_app_id
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.spool.table import Spool
 from tests.cli_process import fanout_process
@@ -26,12 +29,13 @@ from tests.unit.fakes import SchemaFrame, ScriptedSink, spooled_ids
 FRAMES = {b: SchemaFrame([b * 10, b * 10 + 1]) for b in range(8)}
 
 
-def _marks(ledger: str, pipeline: str) -> Counter[tuple[str, int]]:
-    """How many committed rows each (sink, batch) has in the ledger, as of its log."""
+def _marks(ledger: str, pipeline: str, epoch: int = 0) -> Counter[tuple[str, int]]:
+    """How many committed rows each (sink, batch) of ``epoch`` has in the ledger, as of
+    its log."""
     return Counter(
         (r["sink"], r["batch_id"])
         for r in DeltaLedger(ledger).rows(pipeline)
-        if r["status"] == "committed"
+        if r["status"] == "committed" and r["epoch"] == epoch
     )
 
 
@@ -162,5 +166,48 @@ def test_ledger_maintain_killed_after_each_commit_beside_a_pipeline_marking_the_
     assert not running.mark_committed(_mark("m", "a", 10))  # marked twice: a no-op
 
 
-def _mark(pipeline: str, sink: str, batch: int) -> LedgerEntry:
-    return LedgerEntry(pipeline, sink, batch, "committed", query_id="q", rows=2)
+def _mark(pipeline: str, sink: str, batch: int, query: str = "q") -> LedgerEntry:
+    return LedgerEntry(pipeline, sink, batch, "committed", query_id=query, rows=2)
+
+
+def test_recover_killed_after_recording_its_report_then_run_again_records_the_next(
+    tmp_path: Path,
+) -> None:
+    """``fanout recover`` prints its report, then records it in the ledger (one commit),
+    then prints the line naming it. Killed between the commit and that line, the operator
+    sees no report number; run again, it records the same report as the next number and
+    names it, and the new epoch starts from that one (the first, identical, is not read)."""
+    path = str(tmp_path / "ledger")
+    ledger = DeltaLedger(path)
+    ledger.open()
+    for sink, through in (("lake", 2), ("pg", 1)):
+        for batch in range(through + 1):
+            assert ledger.mark_committed(_mark("r", sink, batch, "q-old"))
+    recover = ["recover", "--ledger", path, "--pipeline", "r"]
+
+    cut = fanout_killed_at("fanout.ledger.delta:DeltaLedger.record_recovery", "after", 1, *recover)
+    assert cut.returncode == KILLED, cut.stderr
+    assert "Resume after batch 1 (sink 'pg' is furthest behind)" in cut.stdout
+    assert "Recorded in the ledger" not in cut.stdout
+    table = DeltaTable(path)
+    assert transaction_version(table, recovery_app_id("r")) == 1  # recorded, not said
+
+    done = fanout_process(*recover)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == cut.stdout + recorded_text(2, 0, None) + "\n"  # the same report
+
+    lake, pg = ScriptedSink("lake"), ScriptedSink("pg")
+    fan = FanOut("r", DeltaLedger(path), [lake, pg], on_checkpoint_reset="new_epoch")
+    try:
+        fan.process(FRAMES[0], BatchInfo("r", 0, "q-new"))  # a new checkpoint's first batch
+    finally:
+        fan.close()
+    table = DeltaTable(path)
+    assert transaction_version(table, started_from_app_id("r", 1)) == 2
+    assert (lake.calls, pg.calls) == ([(0, 1)], [(0, 1)])
+    assert DeltaLedger(path).last_committed("r", ["lake", "pg"], 1) == {"lake": 0, "pg": 0}
+    assert _marks(path, "r") == {
+        **{("lake", b): 1 for b in range(3)},
+        **{("pg", b): 1 for b in range(2)},
+    }
+    assert _marks(path, "r", 1) == {("lake", 0): 1, ("pg", 0): 1}
