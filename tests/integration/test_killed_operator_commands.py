@@ -8,6 +8,7 @@ Each command runs in a process of its own, killed at a named point of its code b
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from pathlib import Path
 
@@ -75,6 +76,17 @@ def test_skip_release_spooled_killed_at_each_step_then_run_again_releases_what_i
     assert cut.returncode == KILLED, cut.stderr
     assert DeltaLedger(ledger).last_committed("cut", ["good", "down"]) == {"good": 2, "down": 2}
     assert _spooled(spool, "cut") == {0: ["down"], 1: ["down"], 2: ["down"]}
+    # status names them, and the command releasing them: the operator runs that
+    status = fanout_process("status", "--ledger", ledger, "--pipeline", "cut", "--spool", spool)
+    kept = [line for line in status.stdout.splitlines() if "kept in the spool" in line]
+    assert kept == [
+        "pipeline cut, down: 3 batch(es) / 6 row(s) of epoch 0 (0-2) kept in the spool after a "
+        "`fanout ledger skip` without --spool (or one with --release-spooled stopped before it "
+        "released them), neither written nor released: release them with `fanout ledger skip "
+        f"--ledger {ledger} --pipeline cut --sink down --through 2 --epoch 0 --spool {spool} "
+        "--release-spooled`"
+    ], status.stdout
+    skip = shlex.split(kept[0].split("`")[-2])[1:]  # as printed, `fanout` left out
 
     # run again, killed after its first index deletion: batch 0 leaves the index
     cut = fanout_killed_at("deltalake:DeltaTable.delete", "after", 1, *skip)
