@@ -182,13 +182,16 @@ def _mark(pipeline: str, sink: str, batch: int, query: str = "q") -> LedgerEntry
     return LedgerEntry(pipeline, sink, batch, "committed", query_id=query, rows=2)
 
 
-def test_recover_killed_after_recording_its_report_then_run_again_records_the_next(
+def test_recover_killed_before_or_after_recording_its_report_prints_none_of_it(
     tmp_path: Path,
 ) -> None:
-    """``fanout recover`` prints its report, then records it in the ledger (one commit),
-    then prints the line naming it. Killed between the commit and that line, the operator
-    sees no report number; run again, it records the same report as the next number and
-    names it, and the new epoch starts from that one (the first, identical, is not read)."""
+    """``fanout recover`` records its report in the ledger (one commit), then prints it
+    with the line naming it. Killed before the commit, it printed nothing: before, it had
+    printed the offsets to start from and "the report is recorded in the ledger, so a new
+    epoch started from it is refused when ..." with nothing recorded, so a new epoch
+    started from them was checked against nothing. Killed after the commit, it printed
+    nothing either; run again, it prints the same report, recorded as the next number, and
+    the new epoch starts from that one (the first, identical, is never read)."""
     path = str(tmp_path / "ledger")
     ledger = DeltaLedger(path)
     ledger.open()
@@ -196,17 +199,18 @@ def test_recover_killed_after_recording_its_report_then_run_again_records_the_ne
         for batch in range(through + 1):
             assert ledger.mark_committed(_mark("r", sink, batch, "q-old"))
     recover = ["recover", "--ledger", path, "--pipeline", "r"]
+    target = "fanout.ledger.delta:DeltaLedger.record_recovery"
 
-    cut = fanout_killed_at("fanout.ledger.delta:DeltaLedger.record_recovery", "after", 1, *recover)
-    assert cut.returncode == KILLED, cut.stderr
-    assert "Resume after batch 1 (sink 'pg' is furthest behind)" in cut.stdout
-    assert "Recorded in the ledger" not in cut.stdout
-    table = DeltaTable(path)
-    assert transaction_version(table, recovery_app_id("r")) == 1  # recorded, not said
+    for when, number in (("before", None), ("after", 1)):
+        cut = fanout_killed_at(target, when, 1, *recover)
+        assert cut.returncode == KILLED, cut.stderr
+        assert "Resume after" not in cut.stdout and "recorded" not in cut.stdout, cut.stdout
+        assert transaction_version(DeltaTable(path), recovery_app_id("r")) == number
 
     done = fanout_process(*recover)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == cut.stdout + recorded_text(2, 0, None) + "\n"  # the same report
+    assert "Resume after batch 1 (sink 'pg' is furthest behind)" in done.stdout
+    assert done.stdout.endswith(recorded_text(2, 0, None) + "\n")
 
     lake, pg = ScriptedSink("lake"), ScriptedSink("pg")
     fan = FanOut("r", DeltaLedger(path), [lake, pg], on_checkpoint_reset="new_epoch")
