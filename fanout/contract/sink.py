@@ -663,6 +663,18 @@ def undeclared_guarantees_hint(sink_class: type[Sink]) -> str:
     )
 
 
+FENCE_LEFT = (
+    "If that new epoch's start was refused, or killed before the ledger recorded it, and "
+    "this checkpoint must complete the batch, its fence was not lifted (a refused start "
+    "lifts it when it can, a killed one cannot; to go on with the new epoch instead, "
+    "start its new checkpoint again as that start was made, `fanout run` with "
+    '--new-epoch or on_checkpoint_reset="new_epoch": it fences again and starts it): '
+)
+"""A fencing sink's refusal of the replaced epoch's write, before :func:`lift_by_hand`:
+when the fence is left (a start refused, or killed between its fences and its start row)
+and the ways on, said alike by every sink that fences."""
+
+
 def lift_by_hand(pipeline: str, epoch: int | str, then: str) -> str:
     """How an operator lifts a sink's fence closing the epoch before ``epoch`` (a start
     that was refused, or a refusal naming it) when fanout could not: the sink's own
