@@ -186,8 +186,15 @@ class Registry:
     def sink_types(self) -> dict[str, SinkType]:
         """Every sink type of every plugin; two plugins claiming one name is an error."""
         types: dict[str, SinkType] = {}
-        for info, provided in self._provided("fanout_sink_types"):
-            for type_name, sink_class in cast("Mapping[str, Any]", provided).items():
+        for info, provided in self._provided("fanout_sink_types", none_ok=False):
+            if not isinstance(provided, Mapping):
+                raise PluginError(
+                    f"plugin {info.describe()}: fanout_sink_types returned "
+                    f"{type(provided).__name__} {_short(provided)}, not a dict: return "
+                    '{"<type name>": YourSink} (a fanout.Sink subclass, or a '
+                    '"package.module:ClassName" reference), {} for no type'
+                )
+            for type_name, sink_class in provided.items():
                 if isinstance(sink_class, str):
                     _check_reference(info, type_name, sink_class)  # imported when used
                 else:
@@ -250,11 +257,15 @@ class Registry:
                 )
         return {name: service for name, (service, _) in services.items()}
 
-    def _provided(self, hook_name: str) -> Iterator[tuple[PluginInfo, Any]]:
+    def _provided(
+        self, hook_name: str, *, none_ok: bool = True
+    ) -> Iterator[tuple[PluginInfo, Any]]:
         """Each plugin's answer to a registration hook, with the plugin that gave it, in
         registration order. Registration hooks are asked plugin by plugin (not through one
         pluggy call) so that a raising plugin and two plugins claiming one name are named;
-        wrappers of these hooks are therefore not called."""
+        wrappers of these hooks are therefore not called. Unless ``none_ok``, an answer of
+        ``None`` (a hook function without its ``return``, whose types would be unknown
+        without a word) is a :class:`PluginError`."""
         for impl in getattr(self.manager.hook, hook_name).get_hookimpls():
             if impl.wrapper or impl.hookwrapper:
                 continue  # wraps a pluggy call, which registration hooks do not make
@@ -265,6 +276,11 @@ class Registry:
                 provided = impl.function()
             except Exception as exc:
                 raise PluginLoadError(info.name, info.distribution, exc) from exc
+            if provided is None and not none_ok:
+                raise PluginError(
+                    f"plugin {info.describe()}: {hook_name} returned None (no return "
+                    "statement?): return what it registers, an empty one for nothing"
+                )
             if provided:
                 yield info, provided
 
@@ -404,6 +420,12 @@ def _import_reference(info: PluginInfo, type_name: str, reference: str) -> Any:
             f"{module_name} has no {qualname}: fix the reference its fanout_sink_types returns"
         ) from None
     return found
+
+
+def _short(value: object) -> str:
+    """A value as an error quotes it: its repr, cut to a line."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None:

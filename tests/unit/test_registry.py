@@ -294,6 +294,43 @@ def test_guarantee_as_a_class_attribute_is_a_plugin_error() -> None:
         registry.sink_types()
 
 
+def test_sink_types_returned_as_a_list_names_the_plugin_and_what_to_return() -> None:
+    """A hook returning ``[YourSink]`` was an AttributeError traceback from the registry."""
+    module = types.ModuleType("fake_listy.plugin")
+
+    @fanout.hookimpl
+    def fanout_sink_types() -> list[type[Sink]]:
+        return [JsonlSink]
+
+    module.fanout_sink_types = fanout_sink_types  # type: ignore[attr-defined]
+    ep = FakeEntryPoint("listy", "fake_listy.plugin", FakeDist("fanout-listy", "0.1"), module)
+    with pytest.raises(PluginError) as raised:
+        load_registry(entry_points_=[ep]).sink_types()
+    assert str(raised.value) == (
+        f"plugin fanout-listy 0.1: fanout_sink_types returned list [{JsonlSink!r}], not a "
+        'dict: return {"<type name>": YourSink} (a fanout.Sink subclass, or a '
+        '"package.module:ClassName" reference), {} for no type'
+    )
+
+
+def test_sink_types_returning_none_is_refused_not_silently_empty() -> None:
+    """A hook without its ``return`` registered nothing, and the type was then "unknown"."""
+    module = types.ModuleType("fake_noreturn.plugin")
+
+    @fanout.hookimpl
+    def fanout_sink_types() -> None:
+        {"jsonl": JsonlSink}  # noqa: B018 - the missing return under test
+
+    module.fanout_sink_types = fanout_sink_types  # type: ignore[attr-defined]
+    ep = FakeEntryPoint("noreturn", "fake_noreturn.plugin", FakeDist("fanout-nr", "2"), module)
+    with pytest.raises(PluginError) as raised:
+        load_registry(entry_points_=[ep]).sink_types()
+    assert str(raised.value) == (
+        "plugin fanout-nr 2: fanout_sink_types returned None (no return statement?): "
+        "return what it registers, an empty one for nothing"
+    )
+
+
 def test_hook_with_wrong_arguments_is_a_load_error() -> None:
     """pluggy rejects an implementation asking for arguments the hook does not pass."""
     module = types.ModuleType("fake_wrongargs.plugin")
