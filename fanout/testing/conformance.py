@@ -72,8 +72,14 @@ from typing import Any, Literal
 import pytest
 
 from fanout.contract.batch import BatchInfo
-from fanout.contract.sink import PartlyHeld, Sink
-from fanout.errors import BatchFailedError, FanoutError, RouteError, SinkResultError
+from fanout.contract.sink import PartlyHeld, Sink, SinkContext
+from fanout.errors import (
+    BatchFailedError,
+    ConfigurationError,
+    FanoutError,
+    RouteError,
+    SinkResultError,
+)
 from fanout.fan_out import FanOut
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
@@ -183,9 +189,22 @@ class SinkConformance:
         fan_options: Mapping[str, Any] | None = None,
         **extra: Any,
     ) -> FanOut:
-        return FanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0, backoff_s=0,
-                      plugins=[*_modules(case.plugins), *observers],
-                      **dict(fan_options or {}))  # fmt: skip
+        try:
+            return FanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0, backoff_s=0,
+                          plugins=[*_modules(case.plugins), *observers],
+                          **dict(fan_options or {}))  # fmt: skip
+        except ConfigurationError:
+            if "dead_letter" in extra and "dead_letter" not in _options_of(case):
+                pytest.fail(
+                    f"SinkUnderTest(dead_letter=...) is given, but sink type "
+                    f"{case.config.get('type')!r} takes no dead_letter option (its options: "
+                    f"{', '.join(_options_of(case)) or 'none'}): declare one, "
+                    'SinkOption("dead_letter", "none", ...) and a keyword '
+                    "`dead_letter: str | None = None` stored as self.dead_letter (README, "
+                    "'Writing a sink plugin': Dead letters), or leave dead_letter out of "
+                    "SinkUnderTest to skip the dead-letter checks"
+                )
+            raise
 
     def _batch(self, spark: Any, rows: Sequence[tuple[Any, ...]], schema: str = SCHEMA) -> Any:
         return spark.createDataFrame(list(rows), schema)
@@ -363,6 +382,40 @@ class SinkConformance:
         if stable is None:
             pytest.skip("the sink names no deterministic columns (deterministic_columns: None)")
         _assert_batch_columns(stable.columns, self._batch(spark, []).columns)
+
+    def test_a_read_only_check_creates_nothing(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """A sink type setting :attr:`fanout.Sink.read_only_check` promises that ``fanout
+        validate``'s ``open()`` (``context.checking``) and ``check_schema`` create and change
+        nothing: the check opens it so and compares the files under the test's
+        ``tmp_path`` (where a local target of the fixture lives) before and after. A
+        target elsewhere (a database server) it cannot see. Skipped for a type without
+        ``read_only_check`` (``fanout validate`` does not open it)."""
+        import pyarrow as pa
+
+        from fanout.hooks.registry import load_registry
+
+        registry = load_registry(_modules(under_test.plugins))
+        sink = registry.build_sink(under_test.sink(), registry.sink_types())
+        if not type(sink).read_only_check:
+            pytest.skip("the sink does not set read_only_check (fanout validate does not open it)")
+        before = _files(tmp_path)
+        changes: list[str] = []
+        sink.open(SinkContext(self.pipeline, spark, None, checking=True, changes=changes))
+        try:
+            sink.check_schema(pa.schema([("id", pa.int64()), ("v", pa.string())]))
+        finally:
+            sink.close()
+        after = _files(tmp_path)
+        if touched := sorted(p for p in after if before.get(p) != after[p]):
+            pytest.fail(
+                f"open() with context.checking (fanout validate; the class sets "
+                f"read_only_check = True) or check_schema() created or changed "
+                f"{', '.join(touched)} under {tmp_path}: check without creating or changing "
+                "anything (create the target at the first write), and say what a run would "
+                "do with context.would(...)"
+            )
 
     def test_an_empty_batch_writes_nothing_and_is_marked(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
@@ -752,6 +805,20 @@ def _commits_in_pieces(case: SinkUnderTest, fan: FanOut) -> bool:
     from fanout.partitioned.sink import PartitionedSink
 
     return isinstance(fan.sinks[NAME], PartitionedSink)
+
+
+def _options_of(case: SinkUnderTest) -> list[str]:
+    """The options the case's sink type takes (``[]`` when its type does not resolve)."""
+    from fanout.hooks.registry import load_registry, option_names
+
+    types = load_registry(_modules(case.plugins)).sink_types()
+    sink_type = types.get(str(case.config.get("type")))
+    return [] if sink_type is None else option_names(sink_type.sink_class)
+
+
+def _files(root: Path) -> dict[str, int]:
+    """Every file and directory under ``root`` (relative), with its modification time."""
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
 
 
 def _modules(plugins: Sequence[ModuleType | str]) -> list[Any]:

@@ -323,6 +323,24 @@ class SecretLoggedEarly(SecretDeclared):
         logging.getLogger("fanout.kit_flawed").warning("built with token %s", token)
 
 
+class ChecksByCreating(TokenFiles):
+    """Sets read_only_check, yet its open() creates the directory under fanout validate too."""
+
+    read_only_check = True
+
+
+class ChecksReadOnly(TokenFiles):
+    """Sets read_only_check and keeps it: under context.checking it only says what it would."""
+
+    read_only_check = True
+
+    def open(self, context: SinkContext) -> None:
+        if context.checking:
+            context.would(f"create directory {self.directory}")
+        else:
+            super().open(context)
+
+
 def read_rows(directory: Path) -> list[dict[str, Any]]:
     """Every row of every file of ``directory``."""
     return [
@@ -350,4 +368,5 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "rewrite_claimed_harmless": RewriteClaimedHarmless,
             "stable_by_target_name": StableByTargetName, "secret_quoted": SecretQuoted,
             "secret_declared": SecretDeclared, "secret_logged": SecretLogged,
-            "secret_logged_early": SecretLoggedEarly}  # fmt: skip
+            "secret_logged_early": SecretLoggedEarly, "checks_by_creating": ChecksByCreating,
+            "checks_read_only": ChecksReadOnly}  # fmt: skip

@@ -295,6 +295,30 @@ CATCHES = {
         case={"refused_value": "refused"},
         dead_letter=True,
     ),
+    # the kit never opened a sink as `fanout validate` does: one promising read_only_check
+    # whose open() created its target passed, and validate then created it
+    "a_read_only_check_that_creates_its_target_is_told_to_check_without_creating": Catch(
+        "checks_by_creating",
+        SinkConformance.test_a_read_only_check_creates_nothing,
+        "open() with context.checking (fanout validate; the class sets read_only_check = "
+        "True) or check_schema() created or changed out under {tmp_path}: check without "
+        "creating or changing anything (create the target at the first write), and say what "
+        "a run would do with context.would(...)",
+        raises=pytest.fail.Exception,
+    ),
+    # a dead_letter for a type without that option was a bare "unexpected keyword argument"
+    # from building the sink, not saying that the kit's case asked for it
+    "a_dead_letter_for_a_type_without_the_option_is_told_to_declare_it": Catch(
+        "token_files",
+        SinkConformance.test_rows_failing_the_route_go_to_the_dead_letter_target,
+        "SinkUnderTest(dead_letter=...) is given, but sink type 'token_files' takes no "
+        "dead_letter option (its options: directory, columns): declare one, "
+        'SinkOption("dead_letter", "none", ...) and a keyword `dead_letter: str | None = '
+        "None` stored as self.dead_letter (README, 'Writing a sink plugin': Dead letters), or "
+        "leave dead_letter out of SinkUnderTest to skip the dead-letter checks",
+        raises=pytest.fail.Exception,
+        dead_letter=True,
+    ),
 }
 
 
@@ -303,7 +327,14 @@ def test_the_suite_fails_a_flawed_sink_saying_what_to_do(
     spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, catch: Catch
 ) -> None:
     message = catch.failure(spark, tmp_path, *([caplog] if catch.secret else []))
-    assert (message.splitlines()[0] if catch.first_line else message) == catch.message
+    expected = catch.message.replace("{tmp_path}", str(tmp_path))
+    assert (message.splitlines()[0] if catch.first_line else message) == expected
+
+
+def test_a_read_only_check_that_creates_nothing_passes(spark: Any, tmp_path: Path) -> None:
+    suite, case = _suite_and_case("checks_read_only", tmp_path)
+    suite.test_a_read_only_check_creates_nothing(spark, case, tmp_path)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_new_epoch_check_passes_a_sink_keyed_by_its_idempotency_token(
