@@ -387,7 +387,9 @@ class Sink:
         """Whether the target holds batch ``batch_id`` of ``epoch`` by the sink's own
         records (the idempotency records :meth:`write` keeps for
         :attr:`Batch.idempotency_key` of that batch: ``txn_app_id(pipeline, self.name,
-        epoch)`` at version ``batch_id``, :func:`fanout.contract.batch.txn_app_id`; a
+        epoch)`` at version ``batch_id``, :func:`fanout.txn_app_id`; records named by
+        :attr:`Batch.idempotency_key`'s ``token`` look up ``fanout.IdempotencyKey(
+        txn_app_id(pipeline, self.name, epoch), batch_id).token``; a
         record of the same batch id in another epoch is another batch), whatever the
         ledger says: all of it, part of it, or none.
 
