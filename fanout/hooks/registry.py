@@ -432,7 +432,8 @@ def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None
     if not (isinstance(sink_class, type) and issubclass(sink_class, Sink)):
         raise PluginError(
             f"plugin {info.describe()}: sink type {type_name!r} is {sink_class!r}, "
-            "not a subclass of fanout.Sink"
+            "not a subclass of fanout.Sink: return the class itself, declared as `class "
+            'YourSink(fanout.Sink)`, or a "package.module:ClassName" reference to it'
         )
     if not isinstance(inspect.getattr_static(sink_class, "guarantee"), property):
         raise PluginError(

@@ -254,7 +254,9 @@ def test_class_not_subclassing_sink_is_a_plugin_error() -> None:
     with pytest.raises(PluginError) as info:
         registry.sink_types()
     assert str(info.value) == (
-        f"plugin fanout-bad 0.1: sink type 'bad' is {NotASink!r}, not a subclass of fanout.Sink"
+        f"plugin fanout-bad 0.1: sink type 'bad' is {NotASink!r}, not a subclass of fanout.Sink: "
+        "return the class itself, declared as `class YourSink(fanout.Sink)`, or a "
+        '"package.module:ClassName" reference to it'
     )
 
 
