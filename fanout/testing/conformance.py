@@ -50,8 +50,8 @@ The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry poin
 installed distribution (``pip install -e .`` of your plugin in the test environment), or,
 without installing it, through ``plugins``: the modules registering it (``fanout_sink_types``),
 each the module itself or its name, as ``FanOut(plugins=...)`` takes them; the kill check's
-driver imports them by name (a subprocess: give it the import path in
-``env={"PYTHONPATH": ...}`` unless the module is importable already).
+driver, a subprocess, imports them by name, with the directories this process imported
+them from added to its ``PYTHONPATH`` (``env`` adds what else it needs).
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ class SinkUnderTest:
     :param plugins: the modules registering the sink type (``fanout_sink_types``), for a
         plugin that is not installed: each the module itself or its importable name, as
         ``FanOut(plugins=...)`` takes them (:func:`fanout.hooks.registry.plugin_object`);
-        given to ``FanOut(plugins=...)``, and by name to the kill check's driver.
+        given to ``FanOut(plugins=...)``, and by name to the kill check's driver (with the
+        directory each was imported from on its ``PYTHONPATH``).
     :param commits_in_pieces: whether an attempt commits the batch in pieces that a failure
         can leave behind (a partitioned sink: one transaction per Spark partition), so that
         a route changed between a partial attempt and its replay must be refused or its
@@ -240,6 +241,9 @@ class SinkConformance:
                 "sink": under_test.sink(), "rows": [[i, f"v{i}"] for i in range(8)],
                 "plugins": _module_names(under_test.plugins)}  # fmt: skip
         env = {**os.environ, **under_test.env}
+        # the driver imports the plugin modules by name: give it the roots they came from
+        path = [env.get("PYTHONPATH", ""), *_import_roots(under_test.plugins)]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         killed = subprocess.run(
             [sys.executable, "-m", "fanout.testing.kill_driver", json.dumps(spec)],
             capture_output=True, text=True, timeout=600, env=env,
@@ -826,6 +830,20 @@ def _modules(plugins: Sequence[ModuleType | str]) -> list[Any]:
     from fanout.hooks.registry import resolve_plugins
 
     return list(resolve_plugins(plugins))
+
+
+def _import_roots(plugins: Sequence[ModuleType | str]) -> list[str]:
+    """The directories the plugin modules were imported from (a module ``a.b`` at
+    ``/x/a/b.py``: ``/x``), so that another process imports them by name as this one did
+    (a ``sys.path`` entry a ``conftest.py`` added is not inherited)."""
+    roots = []
+    for module in _modules(plugins):
+        file = getattr(module, "__file__", None)
+        if not isinstance(module, ModuleType) or not file:
+            continue
+        path = Path(file).parent if Path(file).name == "__init__.py" else Path(file)
+        roots.append(str(path.parents[module.__name__.count(".")]))
+    return list(dict.fromkeys(roots))
 
 
 def _module_names(plugins: Sequence[ModuleType | str]) -> list[str]:

@@ -438,3 +438,25 @@ def test_a_null_key_handed_to_the_dead_letter_target_passes_with_its_replay(
     assert [(json.loads(d["row"]), d["source"], d["reason"]) for d in letters] == [
         ({"id": None, "v": "no key"}, "refused", "refused")
     ]
+
+
+def test_the_kill_check_imports_a_plugin_from_where_the_test_imported_it(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin module a ``conftest.py`` put on ``sys.path`` (not installed, no ``env``): the
+    kill check's driver failed to import it (``ModuleNotFoundError`` in a subprocess's
+    traceback); it now gets the directory the module came from."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "kit_tmp_only_plugin.py").write_text(
+        "from fanout import hookimpl\n"
+        "from tests.integration.kit_flawed_sinks import TokenFiles\n\n\n"
+        "@hookimpl\n"
+        "def fanout_sink_types():\n"
+        '    return {"tmp_token_files": TokenFiles}\n'
+    )
+    monkeypatch.syspath_prepend(str(src))
+    suite, case = _suite_and_case("tmp_token_files", tmp_path)
+    case.plugins = ["kit_tmp_only_plugin"]
+    suite.test_kill_between_write_and_mark(spark, case, tmp_path)
+    assert case.ids() == list(range(8))
