@@ -175,6 +175,7 @@ class Registry:
     manager: pluggy.PluginManager
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     load_errors: list[PluginLoadError] = field(default_factory=list)
+    _warned_none: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
 
     def raise_load_errors(self) -> None:
         """Raise the first plugin import error, if any (others are logged)."""
@@ -186,7 +187,7 @@ class Registry:
     def sink_types(self) -> dict[str, SinkType]:
         """Every sink type of every plugin; two plugins claiming one name is an error."""
         types: dict[str, SinkType] = {}
-        for info, provided in self._provided("fanout_sink_types", none_ok=False):
+        for info, provided in self._provided("fanout_sink_types", warn_none=True):
             if not isinstance(provided, Mapping):
                 raise PluginError(
                     f"plugin {info.describe()}: fanout_sink_types returned "
@@ -258,14 +259,16 @@ class Registry:
         return {name: service for name, (service, _) in services.items()}
 
     def _provided(
-        self, hook_name: str, *, none_ok: bool = True
+        self, hook_name: str, *, warn_none: bool = False
     ) -> Iterator[tuple[PluginInfo, Any]]:
         """Each plugin's answer to a registration hook, with the plugin that gave it, in
         registration order. Registration hooks are asked plugin by plugin (not through one
         pluggy call) so that a raising plugin and two plugins claiming one name are named;
-        wrappers of these hooks are therefore not called. Unless ``none_ok``, an answer of
-        ``None`` (a hook function without its ``return``, whose types would be unknown
-        without a word) is a :class:`PluginError`."""
+        wrappers of these hooks are therefore not called. An answer of ``None`` is no answer,
+        as in pluggy (a plugin registering nothing when its optional driver is missing);
+        with ``warn_none`` it is logged once per registry, naming the plugin, since a hook
+        function without its ``return`` otherwise leaves only a later ``unknown sink
+        type``."""
         for impl in getattr(self.manager.hook, hook_name).get_hookimpls():
             if impl.wrapper or impl.hookwrapper:
                 continue  # wraps a pluggy call, which registration hooks do not make
@@ -276,10 +279,14 @@ class Registry:
                 provided = impl.function()
             except Exception as exc:
                 raise PluginLoadError(info.name, info.distribution, exc) from exc
-            if provided is None and not none_ok:
-                raise PluginError(
-                    f"plugin {info.describe()}: {hook_name} returned None (no return "
-                    "statement?): return what it registers, an empty one for nothing"
+            if provided is None and warn_none and (info.name, hook_name) not in self._warned_none:
+                self._warned_none.add((info.name, hook_name))
+                log.warning(
+                    "plugin %s: %s returned None, so it registers nothing (no return "
+                    "statement?): return what it registers, or {} to register nothing "
+                    "without this warning",
+                    info.describe(),
+                    hook_name,
                 )
             if provided:
                 yield info, provided
