@@ -51,7 +51,8 @@ installed distribution (``pip install -e .`` of your plugin in the test environm
 without installing it, through ``plugins``: the modules registering it (``fanout_sink_types``),
 each the module itself or its name, as ``FanOut(plugins=...)`` takes them; the kill check's
 driver, a subprocess, imports them by name, with the directories this process imported
-them from added to its ``PYTHONPATH`` (``env`` adds what else it needs).
+them from added to its ``sys.path`` behind the standard library and ahead of
+site-packages (``env`` adds what else it needs).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class SinkUnderTest:
         plugin that is not installed: each the module itself or its importable name, as
         ``FanOut(plugins=...)`` takes them (:func:`fanout.hooks.registry.plugin_object`);
         given to ``FanOut(plugins=...)``, and by name to the kill check's driver (with the
-        directory each was imported from on its ``PYTHONPATH``).
+        directory each was imported from on its ``sys.path``, ahead of site-packages only).
     :param commits_in_pieces: whether an attempt commits the batch in pieces that a failure
         can leave behind (a partitioned sink: one transaction per Spark partition), so that
         a route changed between a partial attempt and its replay must be refused or its
@@ -239,11 +240,9 @@ class SinkConformance:
     ) -> None:
         spec = {"pipeline": self.pipeline, "ledger": str(tmp_path / "ledger"),
                 "sink": under_test.sink(), "rows": [[i, f"v{i}"] for i in range(8)],
-                "plugins": _module_names(under_test.plugins)}  # fmt: skip
+                "plugins": _module_names(under_test.plugins),
+                "paths": _import_roots(under_test.plugins)}  # fmt: skip
         env = {**os.environ, **under_test.env}
-        # the driver imports the plugin modules by name: give it the roots they came from
-        path = [env.get("PYTHONPATH", ""), *_import_roots(under_test.plugins)]
-        env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
         killed = subprocess.run(
             [sys.executable, "-m", "fanout.testing.kill_driver", json.dumps(spec)],
             capture_output=True, text=True, timeout=600, env=env,

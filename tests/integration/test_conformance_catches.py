@@ -445,9 +445,12 @@ def test_the_kill_check_imports_a_plugin_from_where_the_test_imported_it(
 ) -> None:
     """A plugin module a ``conftest.py`` put on ``sys.path`` (not installed, no ``env``): the
     kill check's driver failed to import it (``ModuleNotFoundError`` in a subprocess's
-    traceback); it now gets the directory the module came from."""
+    traceback); it now gets the directory the module came from, behind the standard library
+    and ahead of site-packages: a ``json.py`` in that directory (a test folder's module
+    named like a stdlib one) crashed the driver when the directory led its PYTHONPATH."""
     src = tmp_path / "src"
     src.mkdir()
+    (src / "json.py").write_text('raise ImportError("the test folder\'s json.py")\n')
     (src / "kit_tmp_only_plugin.py").write_text(
         "from fanout import hookimpl\n"
         "from tests.integration.kit_flawed_sinks import TokenFiles\n\n\n"
