@@ -390,19 +390,29 @@ class SinkConformance:
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
     ) -> None:
         """A sink type setting :attr:`fanout.Sink.read_only_check` promises that ``fanout
-        validate``'s ``open()`` (``context.checking``) and ``check_schema`` create and change
-        nothing: the check opens it so and compares the files under the test's
-        ``tmp_path`` (where a local target of the fixture lives) before and after. A
-        target elsewhere (a database server) it cannot see. Skipped for a type without
-        ``read_only_check`` (``fanout validate`` does not open it)."""
-        import pyarrow as pa
-
+        validate``'s ``open()`` (``context.checking``) and ``check_schema`` create, change
+        and remove nothing: the check opens it so, before its target exists and again after
+        a batch was written to it (``fanout validate`` of a running pipeline), and compares
+        the files under the test's ``tmp_path`` (where a local target of the fixture lives)
+        before and after each. A target elsewhere (a database server) it cannot see.
+        Skipped for a type without ``read_only_check`` (``fanout validate`` does not open
+        it)."""
         from fanout.hooks.registry import load_registry
 
         registry = load_registry(_modules(under_test.plugins))
         sink = registry.build_sink(under_test.sink(), registry.sink_types())
         if not type(sink).read_only_check:
             pytest.skip("the sink does not set read_only_check (fanout validate does not open it)")
+        self._check_read_only(spark, sink, tmp_path, "before its target exists")
+        batch = self._batch(spark, [(1, "v1")])
+        self._fan(under_test, str(tmp_path / "ledger")).process(batch, self._info(0))
+        sink = registry.build_sink(under_test.sink(), registry.sink_types())
+        self._check_read_only(spark, sink, tmp_path, "after a batch was written")
+
+    def _check_read_only(self, spark: Any, sink: Sink, tmp_path: Path, when: str) -> None:
+        """Open ``sink`` as ``fanout validate`` does; fail naming what it touched."""
+        import pyarrow as pa
+
         before = _files(tmp_path)
         changes: list[str] = []
         sink.open(SinkContext(self.pipeline, spark, None, checking=True, changes=changes))
@@ -411,13 +421,13 @@ class SinkConformance:
         finally:
             sink.close()
         after = _files(tmp_path)
-        if touched := sorted(p for p in after if before.get(p) != after[p]):
+        if touched := sorted(p for p in {*before, *after} if before.get(p) != after.get(p)):
             pytest.fail(
                 f"open() with context.checking (fanout validate; the class sets "
-                f"read_only_check = True) or check_schema() created or changed "
-                f"{', '.join(touched)} under {tmp_path}: check without creating or changing "
-                "anything (create the target at the first write), and say what a run would "
-                "do with context.would(...)"
+                f"read_only_check = True) or check_schema() {when} created, changed or "
+                f"removed {', '.join(touched)} under {tmp_path}: check without creating or "
+                "changing anything (create the target at the first write), and say what a "
+                "run would do with context.would(...)"
             )
 
     def test_an_empty_batch_writes_nothing_and_is_marked(
@@ -819,9 +829,14 @@ def _options_of(case: SinkUnderTest) -> list[str]:
     return [] if sink_type is None else option_names(sink_type.sink_class)
 
 
-def _files(root: Path) -> dict[str, int]:
-    """Every file and directory under ``root`` (relative), with its modification time."""
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root`` (relative) with its modification time and size (a rewrite
+    within the file system's timestamp tick mostly changes the size), and every directory
+    (``(0, 0)``: its time changes with its entries, which are compared themselves)."""
+    return {
+        str(p.relative_to(root)): (0, 0) if p.is_dir() else (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in root.rglob("*")
+    }
 
 
 def _modules(plugins: Sequence[ModuleType | str]) -> list[Any]:

@@ -341,6 +341,19 @@ class ChecksReadOnly(TokenFiles):
             super().open(context)
 
 
+class ChecksByRemovingItsLock(ChecksReadOnly):
+    """Keeps a lock file in its directory while it runs, and its open() removes a stale one,
+    under fanout validate too (validating a running pipeline took its writer's lock)."""
+
+    def open(self, context: SinkContext) -> None:
+        (Path(self.directory) / "_lock").unlink(missing_ok=True)
+        super().open(context)
+
+    def write(self, batch: Batch) -> SinkResult:
+        (Path(self.directory) / "_lock").touch()
+        return super().write(batch)
+
+
 def read_rows(directory: Path) -> list[dict[str, Any]]:
     """Every row of every file of ``directory``."""
     return [
@@ -369,4 +382,5 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "stable_by_target_name": StableByTargetName, "secret_quoted": SecretQuoted,
             "secret_declared": SecretDeclared, "secret_logged": SecretLogged,
             "secret_logged_early": SecretLoggedEarly, "checks_by_creating": ChecksByCreating,
-            "checks_read_only": ChecksReadOnly}  # fmt: skip
+            "checks_read_only": ChecksReadOnly,
+            "checks_by_removing_its_lock": ChecksByRemovingItsLock}  # fmt: skip

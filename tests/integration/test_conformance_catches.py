@@ -301,9 +301,21 @@ CATCHES = {
         "checks_by_creating",
         SinkConformance.test_a_read_only_check_creates_nothing,
         "open() with context.checking (fanout validate; the class sets read_only_check = "
-        "True) or check_schema() created or changed out under {tmp_path}: check without "
-        "creating or changing anything (create the target at the first write), and say what "
-        "a run would do with context.would(...)",
+        "True) or check_schema() before its target exists created, changed or removed out "
+        "under {tmp_path}: check without creating or changing anything (create the target "
+        "at the first write), and say what a run would do with context.would(...)",
+        raises=pytest.fail.Exception,
+    ),
+    # the check opened the sink only before its target existed: one whose open() removed
+    # (or rewrote) something of an existing target under fanout validate passed
+    "a_read_only_check_that_removes_a_file_of_a_written_target_is_told": Catch(
+        "checks_by_removing_its_lock",
+        SinkConformance.test_a_read_only_check_creates_nothing,
+        "open() with context.checking (fanout validate; the class sets read_only_check = "
+        "True) or check_schema() after a batch was written created, changed or removed "
+        "out/_lock under {tmp_path}: check without creating or changing anything (create "
+        "the target at the first write), and say what a run would do with "
+        "context.would(...)",
         raises=pytest.fail.Exception,
     ),
     # a dead_letter for a type without that option was a bare "unexpected keyword argument"
@@ -334,7 +346,7 @@ def test_the_suite_fails_a_flawed_sink_saying_what_to_do(
 def test_a_read_only_check_that_creates_nothing_passes(spark: Any, tmp_path: Path) -> None:
     suite, case = _suite_and_case("checks_read_only", tmp_path)
     suite.test_a_read_only_check_creates_nothing(spark, case, tmp_path)
-    assert list(tmp_path.iterdir()) == []
+    assert case.ids() == [1]  # the batch written between the two read-only opens
 
 
 def test_the_new_epoch_check_passes_a_sink_keyed_by_its_idempotency_token(
