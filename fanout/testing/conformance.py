@@ -125,6 +125,9 @@ class SinkUnderTest:
         script would (outside fanout: the same name and columns, e.g. ``DROP TABLE`` then
         ``CREATE TABLE``); ``None``: the re-created half of the
         :meth:`fanout.Sink.target_replaced` check is skipped.
+    :param drop: delete the target (no re-creation: a ``DROP TABLE``, a directory removed);
+        ``None``: the check that :meth:`fanout.Sink.holds_batch` answers ``False`` for a
+        deleted target (records kept beside it outlive it) is skipped.
     :param refused_value: a value of ``v`` the target refuses (the fixture sets the target up
         so, e.g. a ``CHECK`` constraint); ``None``: the check is skipped. With
         ``dead_letter``, such a row must go there once (not into the target), also when the
@@ -144,6 +147,7 @@ class SinkUnderTest:
     commits_in_pieces: bool | None = None
     refused_value: str | None = None
     recreate: Callable[[], None] | None = None
+    drop: Callable[[], None] | None = None
 
     def sink(self, **extra: Any) -> dict[str, Any]:
         """The configuration as ``FanOut(sinks=[...])`` takes it."""
@@ -304,6 +308,30 @@ class SinkConformance:
         if other is not None:
             never = "batch 0 of epoch 1, never written (only epoch 0's batch 0 was)"
             _assert_holds(other, False, never)
+
+    def test_holds_batch_of_a_deleted_target_is_false(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The optional :meth:`fanout.Sink.holds_batch` about a batch it wrote, once ``drop``
+        deleted the target: ``False`` (the run's lost-target check refuses only on
+        ``False``, with :class:`fanout.TargetLostError`; records kept beside the target
+        outlive it). Skipped without ``drop`` and for a sink that cannot tell."""
+        if under_test.drop is None:
+            pytest.skip("SinkUnderTest.drop not given: a deleted target not checked")
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        sink = fan.sinks[NAME]
+        fan.process(self._batch(spark, [(i, f"v{i}") for i in range(3)]), self._info(0))
+        if sink.holds_batch(self.pipeline, 0, 0) is None:
+            pytest.skip("the sink does not implement holds_batch (cannot tell)")
+        under_test.drop()
+        answer = sink.holds_batch(self.pipeline, 0, 0)
+        if answer is not False:
+            raise AssertionError(
+                f"holds_batch returned {answer!r} for batch 0 of epoch 0 after drop() deleted "
+                "the target it was written to, expected False: check that the target itself "
+                "is there before asking records kept beside it, which outlive it (the run's "
+                "lost-target check refuses with TargetLostError only on False)"
+            )
 
     def test_target_replaced_tells_a_target_created_again_empty(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path

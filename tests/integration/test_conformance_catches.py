@@ -10,6 +10,7 @@ message it must fail it with; the tests after it check what does not fit that ta
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -67,6 +68,7 @@ class Catch:
     recreate: bool = False
     secret: bool = False
     dead_letter: bool = False
+    drop: bool = False
 
     def failure(self, spark: Any, tmp_path: Path, *extra: Any, **case: Any) -> str:
         """The text ``check`` fails the sink with (``extra``: the check's further fixtures;
@@ -84,6 +86,8 @@ class Catch:
                 out.mkdir()
 
             under_test.recreate = recreate
+        if self.drop:
+            under_test.drop = functools.partial(shutil.rmtree, tmp_path / "out")
         with pytest.raises(self.raises) as failed:
             self.check(suite, spark, under_test, tmp_path, *extra)
         return str(failed.value)
@@ -295,6 +299,17 @@ CATCHES = {
         case={"refused_value": "refused"},
         dead_letter=True,
     ),
+    # holds_batch by records kept beside the target, a deleted target still read held, so
+    # the run's lost-target check never fired: the kit never deleted a target
+    "a_holds_batch_answering_for_a_deleted_target_is_told_to_check_the_target": Catch(
+        "records_outlive_target",
+        SinkConformance.test_holds_batch_of_a_deleted_target_is_false,
+        "holds_batch returned True for batch 0 of epoch 0 after drop() deleted the target it "
+        "was written to, expected False: check that the target itself is there before "
+        "asking records kept beside it, which outlive it (the run's lost-target check "
+        "refuses with TargetLostError only on False)",
+        drop=True,
+    ),
     # the kit never opened a sink as `fanout validate` does: one promising read_only_check
     # whose open() created its target passed, and validate then created it
     "a_read_only_check_that_creates_its_target_is_told_to_check_without_creating": Catch(
@@ -341,6 +356,15 @@ def test_the_suite_fails_a_flawed_sink_saying_what_to_do(
     message = catch.failure(spark, tmp_path, *([caplog] if catch.secret else []))
     expected = catch.message.replace("{tmp_path}", str(tmp_path))
     assert (message.splitlines()[0] if catch.first_line else message) == expected
+
+
+def test_a_holds_batch_checking_its_target_passes_the_deleted_target_check(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("holds_by_token", tmp_path)
+    case.drop = functools.partial(shutil.rmtree, tmp_path / "out")
+    suite.test_holds_batch_of_a_deleted_target_is_false(spark, case, tmp_path)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_read_only_check_that_creates_nothing_passes(spark: Any, tmp_path: Path) -> None:
