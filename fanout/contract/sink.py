@@ -387,7 +387,9 @@ class Sink:
         """Whether the target holds batch ``batch_id`` of ``epoch`` by the sink's own
         records (the idempotency records :meth:`write` keeps for
         :attr:`Batch.idempotency_key` of that batch: ``txn_app_id(pipeline, self.name,
-        epoch)`` at version ``batch_id``, :func:`fanout.contract.batch.txn_app_id`; a
+        epoch)`` at version ``batch_id``, :func:`fanout.txn_app_id`; records named by
+        :attr:`Batch.idempotency_key`'s ``token`` look up ``fanout.IdempotencyKey(
+        txn_app_id(pipeline, self.name, epoch), batch_id).token``; a
         record of the same batch id in another epoch is another batch), whatever the
         ledger says: all of it, part of it, or none.
 
@@ -416,7 +418,11 @@ class Sink:
         replay of the batch skip the partitions that never committed), or all of them but
         the rows they refused are not (known to be) in the dead-letter target the sink
         writes them to after its commits (``letters``: the replay writes them); ``False``: none
-        (also when the target was never created);
+        (also when the target was never created, and, for a sink writing a batch as several
+        files then a commit record, when the files are there without the record: an attempt
+        that never committed, whose files its replay must replace (files named by the
+        batch's ``token`` are); ``True`` would record a mark for
+        rows no reader of committed data sees);
         ``None`` (the default): the sink cannot tell. A sink that cannot tell the whole
         from a part answers :class:`PartlyHeld` with ``partitions=None``. Raise nothing for
         "cannot tell": an exception is logged and counted as ``None``."""
