@@ -653,23 +653,21 @@ class PostgresSink(PartitionedSink):
         and the table named now would never get those rows. A replaced table, when the run
         accepts its loss (``accept_lost_targets``): those marks are deleted, and the replay
         writes their partitions into the table as it is (the marks left returned), those
-        of each replaced table in turn (the name replaced twice, once mid-batch). One
-        query, only on a replay (accepted: one more per replaced table forgotten)."""
+        of each replaced table (the name replaced twice, once mid-batch), all of which a
+        refusal names. One query, only on a replay (accepted: one more per replaced table
+        forgotten)."""
         table = self._table
         assert table is not None  # open() resolved it
         scope = _scope(batch)
         moved, replaced = other_table_marks(conn, self.state_schema, scope, self.name,
                                             batch.batch_id, table.quoted())  # fmt: skip
         gone: set[int] = set()
-        while moved is None and replaced is not None:
-            if not self._accept_lost:
+        if moved is None and replaced:
+            if not self._accept_lost:  # every replaced table at once, not one per run
                 self._refuse_replaced(batch, replaced)
-            self._forget_replaced(batch, replaced)
-            gone.update(replaced.partitions)
-            # marks of another table replaced too (the name replaced twice, one of them
-            # mid-batch): each OID is forgotten in turn, one query more each (accepted only)
-            moved, replaced = other_table_marks(conn, self.state_schema, scope, self.name,
-                                                batch.batch_id, table.quoted())  # fmt: skip
+            for each in replaced:  # the name replaced twice, once mid-batch: each OID
+                self._forget_replaced(batch, each)
+                gone.update(each.partitions)
         if gone and moved is None:
             return [(mark, query) for mark, query in found if mark.partition not in gone]
         if moved is None:
@@ -695,39 +693,57 @@ class PostgresSink(PartitionedSink):
             batch_id=batch.batch_id,
         )
 
-    def _refuse_replaced(self, batch: Batch, replaced: MovedMarks) -> None:
-        """Refuse a replay whose marks ``replaced`` recorded another table under the sink's
-        table name (:meth:`_refuse_moved`), naming the ways on."""
+    def _refuse_replaced(self, batch: Batch, replaced: Sequence[MovedMarks]) -> None:
+        """Refuse a replay whose marks ``replaced`` recorded other tables under the sink's
+        table name (:meth:`_refuse_moved`), naming every one of them and the ways on: one
+        table, bringing it back works; two or more (the name replaced once mid-batch),
+        only accepting the loss or the ``UPDATE`` does, which the refusal says."""
         table, scope, batch_id = self._table, _scope(batch), batch.batch_id
-        now = (
-            f"no table {table} exists now" if replaced.now is None
-            else f"table {table} has OID {replaced.now} now"
+        now_oid = replaced[0].now
+        now = f"no table {table} exists now" if now_oid is None else (
+            f"table {table} has OID {now_oid} now"
+        )  # fmt: skip
+        oids = [each.oid for each in replaced]
+        named = ", and ".join(
+            f"partition(s) {each.partitions} of batch {batch_id} of this sink as committed "
+            f"to table {table} (OID {each.oid})"
+            if n == 0 else f"partition(s) {each.partitions} to table {table} (OID {each.oid})"
+            for n, each in enumerate(replaced)
         )  # fmt: skip
         repoint = (
-            "" if replaced.now is None
+            "" if now_oid is None
             else " A dump taken after the crash may already hold them: then accepting would "
             "write them a second time; instead make the marks name the table as it is, and "
             "the replay skips their partitions (each row once): "
-            + repoint_marks_sql(self.state_schema, scope, self.name, batch_id, replaced.oid,
-                                replaced.now)
+            + repoint_marks_sql(self.state_schema, scope, self.name, batch_id, oids, now_oid)
         )  # fmt: skip
         away = (
-            "" if replaced.now is None
+            "" if now_oid is None
             else f", once the table named {table} now is renamed away or dropped"
         )  # fmt: skip
+        if len(replaced) == 1:
+            back = (
+                f"Bring the table of OID {oids[0]} back under the name {table} (ALTER TABLE "
+                f"... RENAME TO){away} and restart: the replay completes batch {batch_id} "
+                "there. Or accept"
+            )
+            stays = f"the table of OID {oids[0]}"
+        else:  # no one table can take the batch back: both ways below still work
+            back = (
+                f"The batch's committed partitions are in {len(replaced)} tables (OIDs "
+                f"{', '.join(str(oid) for oid in oids)}), so bringing one back under the "
+                f"name {table} cannot complete it. Accept"
+            )
+            stays = "the tables of those OIDs"
         raise SinkWriteError(
-            f"{self.state_schema}.progress marks partition(s) {replaced.partitions} of batch "
-            f"{batch_id} of this sink as committed to table {table} (OID {replaced.oid}), "
-            f"but {now}: {REPLACED_UNDER_ITS_NAME} (or restored from a dump) after they "
-            "committed and before the "
-            f"ledger mark. The replay skips the partitions marked committed, so {table} "
-            f"would lack their rows, and nothing was written. Bring the table of OID "
-            f"{replaced.oid} back under the name {table} (ALTER TABLE ... RENAME TO){away} and "
-            f"restart: the replay completes batch {batch_id} there. Or accept the loss for "
+            f"{self.state_schema}.progress marks {named}, but {now}: "
+            f"{REPLACED_UNDER_ITS_NAME} (or restored from a dump) after they committed and "
+            f"before the ledger mark. The replay skips the partitions marked committed, so "
+            f"{table} would lack their rows, and nothing was written. {back} the loss for "
             f"this run (`fanout run PIPELINE.toml --accept-lost-target "
             f"{shell_word(self.name)}`, FanOut(accept_lost_targets=[{self.name!r}])): it "
             f"writes all of batch {batch_id} into {table} as it is, once (its committed "
-            f"part stays in the table of OID {replaced.oid}).{repoint}",
+            f"part stays in {stays}).{repoint}",
             sink=self.name,
             batch_id=batch_id,
         )

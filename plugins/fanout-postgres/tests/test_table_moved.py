@@ -411,12 +411,15 @@ def test_an_accepted_replay_whose_marks_name_two_replaced_tables_writes_the_batc
 ) -> None:
     """Batch 1's partition 0 committed into ``t1`` (OID A), then ``t1`` replaced (OID B)
     and partition 1 committed there, the mark lost; replaced again (OID C) before the
-    replay. Accepted, the replay writes all of batch 1 into ``t1`` (C): the marks of both
-    replaced tables are forgotten, not only those of the first OID read."""
+    replay. Not accepted, the refusal names both replaced tables at once (before: OID A
+    only, and the next run, after A was dealt with, named B) and says no one of them can
+    take the batch back. Accepted, the replay writes all of batch 1 into ``t1`` (C): the
+    marks of both replaced tables are forgotten, not only those of the first OID read."""
     execute(pg_url, "CREATE TABLE t1 (id bigint)")
     ledger = str(tmp_path / "ledger")
     with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
         _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    first = _oid(pg_url, "t1")
     execute(pg_url, "ALTER TABLE t1 RENAME TO t1_a", "CREATE TABLE t1 (id bigint)")
     mid = _oid(pg_url, "t1")  # partition 1 committed here, mid-batch
     execute(
@@ -426,6 +429,24 @@ def test_an_accepted_replay_whose_marks_name_two_replaced_tables_writes_the_batc
         "ALTER TABLE t1 RENAME TO t1_b",
         "CREATE TABLE t1 (id bigint)",
     )
+    plain = _fan(pg_url, ledger)
+    with pytest.raises(BatchFailedError) as refused:
+        plain.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    plain.close()
+    text = str(refused.value.failures["pg"])
+    now = _oid(pg_url, "t1")
+    assert (
+        f"fanout.progress marks partition(s) [0] of batch 1 of this sink as committed to "
+        f"table t1 (OID {first}), and partition(s) [1] to table t1 (OID {mid}), but table "
+        f"t1 has OID {now} now" in text
+    ), text
+    assert (
+        f"The batch's committed partitions are in 2 tables (OIDs {first}, {mid}), so "
+        "bringing one back under the name t1 cannot complete it. Accept the loss for this "
+        "run (`fanout run PIPELINE.toml --accept-lost-target pg`" in text
+    ), text
+    assert f"AND target_oid IN ({first}, {mid})" in text
+    assert _ids(pg_url, "t1") == []
     accepted = FanOut("pgmove", ledger, [_sink(pg_url)], retries=0, accept_lost_targets=["pg"])
     result = accepted.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))["pg"]
     accepted.close()
@@ -457,6 +478,33 @@ def test_the_printed_update_runs_as_printed_on_a_quoted_state_schema_and_a_quali
         f"to table public.t1 (OID {crashed}), but table public.t1 has OID "
         f"{_oid(pg_url, 't1')} now" in text
     ), text
+    execute(pg_url, text[text.index("UPDATE ") :])
+    assert plain.process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))["pg"].already_written
+    plain.close()
+    assert _ids(pg_url, "t1") == [0, 1, 2, 3]
+
+
+def test_the_printed_update_over_two_replaced_tables_runs_as_printed(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Marks of batch 0 name two tables replaced under ``t1`` (partition 0 in A, partition 1
+    in B), and ``t1`` is now a dump holding the whole batch: the refusal's ``UPDATE``, run
+    as printed, makes both marks name it, and the replay skips both partitions (each row
+    once)."""
+    execute(pg_url, "CREATE TABLE t1 (id bigint)")
+    ledger = str(tmp_path / "ledger")
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
+    execute(
+        pg_url,
+        "UPDATE fanout.progress SET target_oid = 1 WHERE partition = 1",  # B: gone since
+    )
+    _restore(pg_url, "true")
+    plain = _fan(pg_url, ledger)
+    with pytest.raises(BatchFailedError) as refused:
+        plain.process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
+    text = str(refused.value.failures["pg"])
+    assert "AND target_oid IN (" in text, text
     execute(pg_url, text[text.index("UPDATE ") :])
     assert plain.process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))["pg"].already_written
     plain.close()
