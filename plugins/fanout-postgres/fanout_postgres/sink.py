@@ -1528,18 +1528,10 @@ class PostgresSink(PartitionedSink):
 
     def _plan_options(self, conn: Any) -> PlanOptions:
         dead = self._dead
-        schema = None
-        if self._table is not None and self._table.schema is None:
-            # the schema the name resolves to: the statements name it, so a temporary table
-            # of the same name (first on the search path, like the staging table) cannot
-            # take the rows
-            schema = conn.execute(
-                _sa().text(
-                    "SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
-                    "ON n.oid = c.relnamespace WHERE c.oid = to_regclass(:table)"
-                ),
-                {"table": self._table.quoted()},
-            ).scalar()
+        # the schema the name resolves to: the statements name it, so a temporary table
+        # of the same name (first on the search path, like the staging table) cannot
+        # take the rows
+        schema = _resolved_schema(conn, self._table)
         table = dead.table if isinstance(dead, PostgresDeadLetters) else None
         return PlanOptions(
             sink=self.name,
@@ -1554,6 +1546,9 @@ class PostgresSink(PartitionedSink):
             dead_letter_kind=None if dead is None else "postgres" if table else "driver",
             settings=tuple((str(k), str(v)) for k, v in self.settings.items()),
             schema=schema,
+            # the dead-letter table as the driver created and reads it: a search_path in
+            # option settings (the write connections') would otherwise find none, or another
+            dead_letter_schema=_resolved_schema(conn, table),
         )
 
     def partition_failure(
@@ -1571,6 +1566,22 @@ REPLACED_UNDER_ITS_NAME = (
 """What another OID under the sink's table name means: in the run start's lost-target
 reason (:meth:`PostgresSink.target_replaced`) and the replay's refusal
 (:meth:`PostgresSink._refuse_replaced`)."""
+
+
+def _resolved_schema(conn: Any, table: TableName | None) -> str | None:
+    """The schema ``table``, named without one, resolves to on the driver's connection (its
+    URL's search path); ``None`` for a name with a schema, no table, or none found. One
+    query, at a plan only."""
+    if table is None or table.schema is not None:
+        return None
+    found = conn.execute(
+        _sa().text(
+            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE c.oid = to_regclass(:table)"
+        ),
+        {"table": table.quoted()},
+    ).scalar()
+    return None if found is None else str(found)
 
 
 def _shape(conn: Any, table: TableName) -> list[tuple[Any, ...]]:

@@ -1,0 +1,86 @@
+"""A ``search_path`` set for the sink, in option ``settings`` (the write connections' only)
+or in the URL's ``options`` (every connection's): the target and the ``postgres:``
+dead-letter table, named without a schema, are resolved once, on the driver, by the URL's
+search path, and every partition writes there, qualified. Before, the dead-letter table
+was not qualified: created by the driver in ``public``, looked up by the partitions under
+``settings``' search path, where it did not exist, and every partition holding a refused
+row failed at every attempt (``relation "rejects" does not exist``), the pipeline stuck."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pgcheck import execute, query
+
+from fanout import BatchInfo, FanOut
+
+pytestmark = pytest.mark.integration
+
+
+def _tables(url: str) -> None:
+    execute(
+        url,
+        "CREATE SCHEMA app",
+        "CREATE TABLE app.t1 (id bigint PRIMARY KEY, v int CHECK (v >= 0))",
+        "CREATE TABLE public.t1 (id bigint PRIMARY KEY, v int CHECK (v >= 0))",
+    )
+
+
+def _run(spark: Any, url: str, tmp_path: Path, mode: str, **options: Any) -> Any:
+    sink = {"type": "postgres", "name": "pg", "url": url, "table": "t1", "mode": mode,
+            "keys": ["id"], "partitions": 2, "dead_letter": "postgres:rejects",
+            **options}  # fmt: skip
+    fan = FanOut("sp", str(tmp_path / "ledger"), [sink], retries=0)
+    rows = spark.range(0, 6).selectExpr("id", "CAST(IF(id IN (2, 5), -1, id) AS INT) AS v")
+    try:
+        return fan.process(rows, BatchInfo("sp", 0, "q"))["pg"]
+    finally:
+        fan.close()
+
+
+def _ids(url: str, table: str) -> list[int]:
+    return [row[0] for row in query(url, f"SELECT id FROM {table} ORDER BY id")]
+
+
+def _letters(url: str, table: str) -> list[int]:
+    return [row[0] for row in query(url, f"SELECT (row->>'id')::int FROM {table} ORDER BY 1")]
+
+
+def _schemas_of(url: str, name: str) -> list[str]:
+    return [row[0] for row in query(url, "SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
+                                         "ON n.oid = c.relnamespace WHERE c.relname = %s "
+                                         "ORDER BY 1", (name,))]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_a_search_path_in_settings_writes_where_the_driver_resolved(
+    spark: Any, pg_url: str, tmp_path: Path, mode: str
+) -> None:
+    """``settings: {search_path: app}``, ``app.t1`` and ``public.t1`` both there: the rows
+    go to ``public.t1`` (the URL's search path, as the driver planned), the refused ids
+    2 and 5 to ``public.rejects``, once each; ``app`` gets nothing."""
+    _tables(pg_url)
+    result = _run(spark, pg_url, tmp_path, mode, settings={"search_path": "app"})
+    assert (result.rows, result.dead_lettered) == (4, 2)
+    assert _ids(pg_url, "public.t1") == [0, 1, 3, 4]
+    assert _ids(pg_url, "app.t1") == []
+    assert _schemas_of(pg_url, "rejects") == ["public"]
+    assert _letters(pg_url, "public.rejects") == [2, 5]
+
+
+def test_a_search_path_in_the_url_resolves_every_name_there(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The URL's ``options=-csearch_path=app``: the driver and the partitions alike read
+    it, so the rows go to ``app.t1`` and the refused ones to ``app.rejects``, which the
+    sink created there."""
+    _tables(pg_url)
+    url = pg_url + ("&" if "?" in pg_url else "?") + "options=-csearch_path%3Dapp"
+    result = _run(spark, url, tmp_path, "append")
+    assert (result.rows, result.dead_lettered) == (4, 2)
+    assert _ids(pg_url, "app.t1") == [0, 1, 3, 4]
+    assert _ids(pg_url, "public.t1") == []
+    assert _schemas_of(pg_url, "rejects") == ["app"]
+    assert _letters(pg_url, "app.rejects") == [2, 5]
