@@ -353,6 +353,27 @@ def forget_replaced_marks(
     return int(deleted.rowcount or 0)
 
 
+def tables_now(conn: Any, oids: Collection[int]) -> dict[int, str]:
+    """The schema-qualified name (SQL) each of ``oids`` that is still a table has now: one
+    the records name, renamed away or moved to another schema since, or still where it
+    was while the sink's name resolves to another table (the search path changed). One
+    query, on a refusal's path only."""
+    import sqlalchemy as sa
+
+    from fanout_postgres.identifiers import TableName
+
+    if not oids:
+        return {}
+    query = sa.text(
+        "SELECT c.oid::bigint, n.nspname, c.relname FROM pg_class c JOIN pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE c.oid::bigint = ANY(:oids)"
+    )
+    return {
+        int(oid): TableName(str(name), str(schema)).quoted()
+        for oid, schema, name in conn.execute(query, {"oids": sorted(oids)})
+    }
+
+
 def _current_oid_query(table: str) -> Any:
     """The OID of ``table`` (SQL) now, as a scalar SQL expression (``NULL``: none)."""
     import sqlalchemy as sa

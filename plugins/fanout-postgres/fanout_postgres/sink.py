@@ -84,6 +84,7 @@ from fanout_postgres.membership import (
     partition_columns,
     relation_bytes,
     repoint_marks_sql,
+    tables_now,
     target_oids,
     upsert_records,
     upsert_routes,
@@ -664,7 +665,7 @@ class PostgresSink(PartitionedSink):
         gone: set[int] = set()
         if moved is None and replaced:
             if not self._accept_lost:  # every replaced table at once, not one per run
-                self._refuse_replaced(batch, replaced)
+                self._refuse_replaced(batch, replaced, tables_now(conn, [r.oid for r in replaced]))
             for each in replaced:  # the name replaced twice, once mid-batch: each OID
                 self._forget_replaced(batch, each)
                 gone.update(each.partitions)
@@ -693,21 +694,30 @@ class PostgresSink(PartitionedSink):
             batch_id=batch.batch_id,
         )
 
-    def _refuse_replaced(self, batch: Batch, replaced: Sequence[MovedMarks]) -> None:
+    def _refuse_replaced(
+        self, batch: Batch, replaced: Sequence[MovedMarks], now_named: Mapping[int, str]
+    ) -> None:
         """Refuse a replay whose marks ``replaced`` recorded other tables under the sink's
-        table name (:meth:`_refuse_moved`), naming every one of them and the ways on: one
-        table, bringing it back works; two or more (the name replaced once mid-batch),
-        only accepting the loss or the ``UPDATE`` does, which the refusal says."""
+        table name (:meth:`_refuse_moved`), naming every one of them, where each is now
+        (``now_named``: :func:`~fanout_postgres.membership.tables_now`), and the ways on:
+        one table still there, bringing it back or naming it in option ``table`` works;
+        one dropped, or two or more (the name replaced once mid-batch), only accepting the
+        loss or the ``UPDATE`` does, which the refusal says."""
         table, scope, batch_id = self._table, _scope(batch), batch.batch_id
         now_oid = replaced[0].now
         now = f"no table {table} exists now" if now_oid is None else (
             f"table {table} has OID {now_oid} now"
         )  # fmt: skip
+
+        def where(oid: int) -> str:
+            found = now_named.get(oid)
+            return f"OID {oid}, now {found}" if found else f"OID {oid}, which no longer exists"
+
         oids = [each.oid for each in replaced]
         named = ", and ".join(
             f"partition(s) {each.partitions} of batch {batch_id} of this sink as committed "
-            f"to table {table} (OID {each.oid})"
-            if n == 0 else f"partition(s) {each.partitions} to table {table} (OID {each.oid})"
+            f"to table {table} ({where(each.oid)})"
+            if n == 0 else f"partition(s) {each.partitions} to table {table} ({where(each.oid)})"
             for n, each in enumerate(replaced)
         )  # fmt: skip
         repoint = (
@@ -721,20 +731,30 @@ class PostgresSink(PartitionedSink):
             "" if now_oid is None
             else f", once the table named {table} now is renamed away or dropped"
         )  # fmt: skip
-        if len(replaced) == 1:
+        old = now_named.get(oids[0]) if len(replaced) == 1 else None
+        if old is not None:
             back = (
-                f"Bring the table of OID {oids[0]} back under the name {table} (ALTER TABLE "
-                f"... RENAME TO){away} and restart: the replay completes batch {batch_id} "
-                "there. Or accept"
+                f"Bring the table of OID {oids[0]} ({old} now) back under the name {table} "
+                f"(ALTER TABLE ... RENAME TO, or SET SCHEMA){away}, or set option table to "
+                f"{old}, and restart: the replay completes batch {batch_id} there. If "
+                f"{old} never moved, the name {table} resolves to another table than at the "
+                "crash: the search path changed (the URL's options, or the role's or "
+                "database's search_path); set it back and restart. Or accept"
             )
-            stays = f"the table of OID {oids[0]}"
+            stays = f"stays in the table of OID {oids[0]}"
+        elif len(replaced) == 1:
+            back = (
+                f"The table of OID {oids[0]} no longer exists, so no table can take the "
+                "batch back. Accept"
+            )
+            stays = "was lost with that table"
         else:  # no one table can take the batch back: both ways below still work
             back = (
                 f"The batch's committed partitions are in {len(replaced)} tables (OIDs "
                 f"{', '.join(str(oid) for oid in oids)}), so bringing one back under the "
                 f"name {table} cannot complete it. Accept"
             )
-            stays = "the tables of those OIDs"
+            stays = "stays in the tables of those OIDs"
         raise SinkWriteError(
             f"{self.state_schema}.progress marks {named}, but {now}: "
             f"{REPLACED_UNDER_ITS_NAME} (or restored from a dump) after they committed and "
@@ -743,7 +763,7 @@ class PostgresSink(PartitionedSink):
             f"this run (`fanout run PIPELINE.toml --accept-lost-target "
             f"{shell_word(self.name)}`, FanOut(accept_lost_targets=[{self.name!r}])): it "
             f"writes all of batch {batch_id} into {table} as it is, once (its committed "
-            f"part stays in {stays}).{repoint}",
+            f"part {stays}).{repoint}",
             sink=self.name,
             batch_id=batch_id,
         )
