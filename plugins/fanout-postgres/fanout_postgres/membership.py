@@ -366,7 +366,7 @@ def tables_now(conn: Any, oids: Collection[int]) -> dict[int, str]:
         return {}
     query = sa.text(
         "SELECT c.oid::bigint, n.nspname, c.relname FROM pg_class c JOIN pg_namespace n "
-        "ON n.oid = c.relnamespace WHERE c.oid::bigint = ANY(:oids)"
+        "ON n.oid = c.relnamespace WHERE c.oid::bigint = ANY(:oids) AND c.relkind IN ('r', 'p')"
     )
     return {
         int(oid): TableName(str(name), str(schema)).quoted()

@@ -1026,15 +1026,30 @@ class PostgresSink(PartitionedSink):
             oids = target_oids(conn, self.state_schema, mode, scope, self.name, batch_id)
         now = current_oid(conn, table.quoted())
         gone = {p for p, oid in oids.items() if oid is not None and oid != now}
-        if gone and relation_bytes(conn, table.quoted()) > 0:
+        if not gone:
+            return None
+        # the recorded table still there under the same name in another schema: the name
+        # resolves to another table than it did (the search path changed), not a copy
+        gone_oids = {oid for p, oid in oids.items() if p in gone and oid is not None}
+        elsewhere = sorted(
+            found for found in tables_now(conn, gone_oids).values() if _named(found) == table.name
+        )
+        if relation_bytes(conn, table.quoted()) > 0:
+            if elsewhere:
+                logger.warning(
+                    "sink %r: table %s (OID %s) is not the table batch %d was written to, "
+                    "%s, which is still there: the name %s resolves to another table than "
+                    "then (the search path changed: the URL's options, or the role's or "
+                    "database's search_path?); the sink writes into %s now",
+                    self.name, table, now, batch_id, ", ".join(elsewhere), table.name, table,
+                )  # fmt: skip
+                return None
             logger.info(
                 "sink %r: table %s (OID %s) is not the table batch %d was written to (OID "
                 "%s), but holds rows (restored from a dump?): its records answer",
                 self.name, table, now, batch_id,
                 ", ".join(sorted({str(oids[p]) for p in gone})),
             )  # fmt: skip
-            return None
-        if not gone:
             return None
         # their records name the table: moved, not created again? (an upsert's from 0008)
         moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id,
@@ -1065,7 +1080,13 @@ class PostgresSink(PartitionedSink):
             f"(their records in state_schema), and holds no row: {REPLACED_UNDER_ITS_NAME} "
             "since (accepted, a batch the old table took whose ledger mark was lost is "
             "written whole into this one at its replay)"
-        )
+            + (
+                f"; or the search path changed (the URL's options, or the role's or "
+                f"database's search_path): the table written to is {', '.join(elsewhere)}, "
+                f"still there; set the search path back, or option table to it, and restart"
+                if elsewhere else ""
+            )
+        )  # fmt: skip
 
     def _target_gone(self, conn: Any) -> bool:
         """Whether the table is missing (nothing created it since: :meth:`open` does not)."""
@@ -1586,6 +1607,13 @@ REPLACED_UNDER_ITS_NAME = (
 """What another OID under the sink's table name means: in the run start's lost-target
 reason (:meth:`PostgresSink.target_replaced`) and the replay's refusal
 (:meth:`PostgresSink._refuse_replaced`)."""
+
+
+def _named(qualified: str) -> str:
+    """The table's own name in ``qualified`` (a :meth:`TableName.quoted` of two parts)."""
+    from fanout_postgres.identifiers import parse_table
+
+    return parse_table(qualified).name
 
 
 def _resolved_schema(conn: Any, table: TableName | None) -> str | None:

@@ -84,3 +84,52 @@ def test_a_search_path_in_the_url_resolves_every_name_there(
     assert _ids(pg_url, "public.t1") == []
     assert _schemas_of(pg_url, "rejects") == ["app"]
     assert _letters(pg_url, "app.rejects") == [2, 5]
+
+
+def test_a_search_path_switched_after_a_clean_stop_names_the_table_written_to(
+    spark: Any, pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Batch 0 written and marked into ``app.t1`` through the URL's ``search_path=app``;
+    the next run's URL has none, so ``t1`` is ``public.t1``, empty: the start refuses it
+    as a table created again (``TargetLostError``), and now says the search path may have
+    changed and which table batch 0 went to (before: only "renamed away, or dropped, and
+    another created", whose way on, accepting, writes on into ``public.t1``). Its way on,
+    option ``table`` set to ``app.t1``, writes batch 1 there: each id once. With rows in
+    ``public.t1`` the run is not refused (a dump restored, as ever) and says where it
+    writes now."""
+    from fanout import TargetLostError
+
+    execute(pg_url, "CREATE SCHEMA app", "CREATE TABLE app.t1 (id bigint)",
+            "CREATE TABLE public.t1 (id bigint)")  # fmt: skip
+    ledger = str(tmp_path / "ledger")
+
+    def fan(url: str, **options: Any) -> FanOut:
+        sink = {"type": "postgres", "name": "pg", "url": url, "table": "t1",
+                "mode": "append", "partitions": 2, **options}  # fmt: skip
+        return FanOut("sp", ledger, [sink], retries=0)
+
+    def run(f: FanOut, batch: int) -> Any:
+        try:
+            return f.process(spark.range(4 * batch, 4 * batch + 4), BatchInfo("sp", batch, "q"))
+        finally:
+            f.close()
+
+    app = pg_url + ("&" if "?" in pg_url else "?") + "options=-csearch_path%3Dapp"
+    run(fan(app), 0)
+    with pytest.raises(TargetLostError) as lost:
+        run(fan(pg_url), 1)
+    assert (
+        "or the search path changed (the URL's options, or the role's or database's "
+        "search_path): the table written to is app.t1, still there; set the search path "
+        "back, or option table to it, and restart" in str(lost.value)
+    ), str(lost.value)
+    run(fan(pg_url, table="app.t1"), 1)
+    assert (_ids(pg_url, "app.t1"), _ids(pg_url, "public.t1")) == (list(range(8)), [])
+
+    execute(pg_url, "INSERT INTO public.t1 VALUES (100)")
+    run(fan(pg_url), 2)
+    assert "the name t1 resolves to another table than then" in caplog.text
+    assert (_ids(pg_url, "app.t1"), _ids(pg_url, "public.t1")) == (
+        list(range(8)),
+        [8, 9, 10, 11, 100],
+    )
