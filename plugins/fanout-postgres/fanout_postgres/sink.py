@@ -711,7 +711,11 @@ class PostgresSink(PartitionedSink):
 
         def where(oid: int) -> str:
             found = now_named.get(oid)
-            return f"OID {oid}, now {found}" if found else f"OID {oid}, which no longer exists"
+            return (
+                f"OID {oid}, now {found}"
+                if found
+                else f"OID {oid}: no table of this database has that OID now"
+            )
 
         oids = [each.oid for each in replaced]
         named = ", and ".join(
@@ -744,10 +748,10 @@ class PostgresSink(PartitionedSink):
             stays = f"stays in the table of OID {oids[0]}"
         elif len(replaced) == 1:
             back = (
-                f"The table of OID {oids[0]} no longer exists, so no table can take the "
-                "batch back. Accept"
+                f"No table of this database has OID {oids[0]} now (dropped, or the "
+                "database restored from a dump), so none can take the batch back. Accept"
             )
-            stays = "was lost with that table"
+            stays = "went with that table"
         else:  # no one table can take the batch back: both ways below still work
             back = (
                 f"The batch's committed partitions are in {len(replaced)} tables (OIDs "

@@ -281,13 +281,15 @@ def test_the_same_name_on_another_table_between_a_crash_and_its_replay(
     now = _oid(pg_url, "t1")
     assert (
         f"partition(s) [0, 1] of batch 2 of this sink as committed to table t1 (OID "
-        f"{crashed}, which no longer exists), but table t1 has OID {now} now" in text
+        f"{crashed}: no table of this database has that OID now), but table t1 has OID "
+        f"{now} now" in text
     )
     assert "A dump taken after the crash may already hold them" in text
     # the dump replaced a dropped table: no "bring it back" (before: printed all the same)
     assert (
-        f"The table of OID {crashed} no longer exists, so no table can take the batch back. "
-        "Accept the loss for this run" in text
+        f"No table of this database has OID {crashed} now (dropped, or the database "
+        "restored from a dump), so none can take the batch back. Accept the loss for this "
+        "run" in text
     ), text
     assert "Bring the table" not in text
     assert _ids(pg_url, "t1") == [4, 5, 6, 7]  # before: the batch "written", without 8, 9
@@ -477,8 +479,8 @@ def test_the_printed_update_runs_as_printed_on_a_quoted_state_schema_and_a_quali
     text = str(refused.value.failures["pg"])
     assert (
         f"Fan State.progress marks partition(s) [0, 1] of batch 0 of this sink as committed "
-        f"to table public.t1 (OID {crashed}, which no longer exists), but table public.t1 "
-        f"has OID "
+        f"to table public.t1 (OID {crashed}: no table of this database has that OID now), "
+        f"but table public.t1 has OID "
         f"{_oid(pg_url, 't1')} now" in text
     ), text
     execute(pg_url, text[text.index("UPDATE ") :])
