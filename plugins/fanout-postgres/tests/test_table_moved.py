@@ -556,3 +556,21 @@ def test_a_search_path_switched_between_a_crash_and_its_replay(
     named.close()
     assert result.already_written
     assert (_ids(pg_url, "app.t1"), _ids(pg_url, "public.t1")) == ([4, 5, 6, 7], [])
+
+
+def test_a_table_moved_to_another_schema_with_the_option_completes_its_batch(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Batch 1 committed into ``t1``, its mark lost; ``ALTER TABLE t1 SET SCHEMA app`` and
+    option ``table`` set to ``app.t1``: the same OID under another name is the same table,
+    so the replay is not refused and skips both marked partitions, each id once."""
+    execute(pg_url, "CREATE SCHEMA app", "CREATE TABLE t1 (id bigint)")
+    ledger = str(tmp_path / "ledger")
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
+        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    execute(pg_url, "ALTER TABLE t1 SET SCHEMA app")
+    moved = _fan(pg_url, ledger, table="app.t1")
+    result = moved.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))["pg"]
+    moved.close()
+    assert (result.already_written, result.details["skipped_partitions"]) == (True, [0, 1])
+    assert _ids(pg_url, "app.t1") == [4, 5, 6, 7]
