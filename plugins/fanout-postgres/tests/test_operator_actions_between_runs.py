@@ -89,3 +89,31 @@ def test_an_action_between_a_crash_and_its_replay_writes_each_row_once(
     assert ids == [0, 1, 3, 4, 5, 10, 11, 13, 14, 15, 20, 21, 23, 24, 25]
     letters = query(pg_url, "SELECT batch_id, (row->>'id')::int FROM rejects ORDER BY 1, 2")
     assert letters == [(0, 2), (1, 12), (2, 22)]
+
+
+def test_a_truncate_between_a_crash_mid_batch_and_its_replay_writes_the_rest_once(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Batch 1's partition 0 committed into ``t1``, partition 1 aborted; ``TRUNCATE t1``
+    (a new relfilenode, the same OID) before the replay. The replay is not refused, skips
+    partition 0 (the operator's deletion stands) and writes partition 1's rows once."""
+    from fanout.testing.faults import VetoOnce
+
+    execute(pg_url, "CREATE TABLE t1 (id bigint)")
+    ledger = str(tmp_path / "ledger")
+    sink = {"type": "postgres", "name": "pg", "url": pg_url, "table": "t1", "mode": "append",
+            "partitions": 2}  # fmt: skip
+    veto = VetoOnce(batch=1, partition=1, state=str(tmp_path / "veto"), sink="pg")
+    first = FanOut("ops", ledger, [sink], retries=0, plugins=[veto])
+    with pytest.raises(BatchFailedError):
+        first.process(spark.range(0, 8), BatchInfo("ops", 1, "q"))
+    first.close()
+    partial = [row[0] for row in query(pg_url, "SELECT id FROM t1 ORDER BY id")]
+    assert 0 < len(partial) < 8, partial
+    execute(pg_url, "TRUNCATE t1")
+    again = FanOut("ops", ledger, [sink], retries=0)
+    result = again.process(spark.range(0, 8), BatchInfo("ops", 1, "q"))["pg"]
+    again.close()
+    assert result.details["skipped_partitions"] == [0]
+    rest = [row[0] for row in query(pg_url, "SELECT id FROM t1 ORDER BY id")]
+    assert rest == sorted(set(range(8)) - set(partial))
