@@ -133,3 +133,50 @@ def test_a_search_path_switched_after_a_clean_stop_names_the_table_written_to(
         list(range(8)),
         [8, 9, 10, 11, 100],
     )
+
+
+def test_a_quoted_schema_switched_mid_batch_its_printed_table_completes_the_batch(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Batch 1's partition 0 committed into ``"MyApp"."T 1"`` (the URL's search path),
+    partition 1 aborted; the replay's URL has no search path and ``public."T 1"`` holds a
+    row of its own. The replay is refused naming the table written to, quoted; its option
+    ``table`` set to the name exactly as printed completes the batch there: ids 4-7 once
+    in ``"MyApp"."T 1"``, ``public."T 1"`` keeps only its own row 100."""
+    from fanout import BatchFailedError
+    from fanout.testing.faults import VetoOnce
+
+    execute(pg_url, 'CREATE SCHEMA "MyApp"', 'CREATE TABLE "MyApp"."T 1" (id bigint)',
+            'CREATE TABLE public."T 1" (id bigint)',
+            'INSERT INTO public."T 1" VALUES (100)')  # fmt: skip
+    ledger = str(tmp_path / "ledger")
+    app = pg_url + ("&" if "?" in pg_url else "?") + "options=-csearch_path%3D%22MyApp%22"
+
+    def fan(url: str, table: str, **kwargs: Any) -> FanOut:
+        sink = {"type": "postgres", "name": "pg", "url": url, "table": table,
+                "mode": "append", "partitions": 2}  # fmt: skip
+        return FanOut("sp", ledger, [sink], retries=0, **kwargs)
+
+    veto = VetoOnce(batch=1, partition=1, state=str(tmp_path / "veto"), sink="pg")
+    first = fan(app, '"T 1"', plugins=[veto])
+    with pytest.raises(BatchFailedError):
+        first.process(spark.range(4, 8), BatchInfo("sp", 1, "q"))
+    first.close()
+    partial = _ids(pg_url, '"MyApp"."T 1"')
+    assert 0 < len(partial) < 4, partial
+    plain = fan(pg_url, '"T 1"')
+    with pytest.raises(BatchFailedError) as refused:
+        plain.process(spark.range(4, 8), BatchInfo("sp", 1, "q"))
+    plain.close()
+    text = str(refused.value.failures["pg"])
+    assert 'now "MyApp"."T 1"), but table "T 1" has OID' in text, text
+    marker = "or set option table to "
+    printed = text[text.index(marker) + len(marker) :]
+    printed = printed[: printed.index(", and restart")]
+    assert printed == '"MyApp"."T 1"', printed
+    named = fan(pg_url, printed)
+    result = named.process(spark.range(4, 8), BatchInfo("sp", 1, "q"))["pg"]
+    named.close()
+    assert result.details["skipped_partitions"] == [0]
+    assert _ids(pg_url, '"MyApp"."T 1"') == [4, 5, 6, 7]
+    assert _ids(pg_url, 'public."T 1"') == [100]
