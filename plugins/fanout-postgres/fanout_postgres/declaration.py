@@ -131,7 +131,9 @@ OPTIONS = (
         "`?options=-csearch_path%3Dapp`, or name the schema), and written there, qualified. "
         "Up to this version a `postgres:` dead-letter table was looked up by the partitions "
         "under this `search_path`: created by the driver in `public`, not found there, and "
-        "every partition refusing a row failed at every attempt.",
+        "every partition refusing a row failed at every attempt (or, with a table of that "
+        "name in its schema, wrote there); `open()` now logs a warning for each name this "
+        "`search_path` would resolve elsewhere than the URL's.",
     ),
     SinkOption(
         "connection_idle_s",

@@ -329,7 +329,12 @@ class PostgresSink(PartitionedSink):
 
     def _check_settings(self, conn: Any) -> None:
         """Apply each of ``settings`` for one transaction, rolled back: a name or value the
-        server refuses fails :meth:`open`, not every partition of every batch."""
+        server refuses fails :meth:`open`, not every partition of every batch. With a
+        ``search_path`` among them, a table named without a schema (``table``, a
+        ``postgres:`` dead-letter table) that it resolves elsewhere than the URL's search
+        path does is logged (:meth:`_warn_search_path`)."""
+        path_set = any(str(name).lower() == "search_path" for name in self.settings)
+        before = self._schemas_named(conn) if path_set else {}
         for name, value in self.settings.items():
             if str(name).lower() == "synchronous_commit" and str(value).lower() in NOT_DURABLE:
                 raise self._error(
@@ -353,7 +358,49 @@ class PostgresSink(PartitionedSink):
         effective = conn.execute(_sa().text("SHOW synchronous_commit")).scalar()
         if str(effective).lower() in NOT_DURABLE:  # set for the server, database or role
             raise self._error(not_durable(effective))
+        if path_set:
+            self._warn_search_path(before, self._schemas_named(conn))
         conn.rollback()
+
+    def _schemas_named(self, conn: Any) -> dict[str, str | None]:
+        """The schema each table the sink names without one (``table``, a ``postgres:``
+        dead-letter table) resolves to under ``conn``'s search path now: the one holding a
+        table of that name first, else the one a ``CREATE TABLE`` would make it in. One
+        query each, at :meth:`open` and only with a ``search_path`` in ``settings``."""
+        dead = self._dead.table if isinstance(self._dead, PostgresDeadLetters) else None
+        named = [t for t in (self._table, dead) if t is not None and t.schema is None]
+        found: dict[str, str | None] = {}
+        for table in named:
+            found[table.quoted()] = conn.execute(
+                _sa().text(
+                    "SELECT COALESCE((SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE c.oid = to_regclass(:table)), "
+                    "current_schema())"
+                ),
+                {"table": table.quoted()},
+            ).scalar()
+        return found
+
+    def _warn_search_path(
+        self, url_path: Mapping[str, str | None], settings_path: Mapping[str, str | None]
+    ) -> None:
+        """Log each table named without a schema that ``settings``' ``search_path`` would
+        resolve elsewhere than the URL's: the sink writes where the URL's resolves (the
+        driver's, qualified in every partition's statements); up to session 66 a
+        ``postgres:`` dead-letter table found under ``settings``' path took the
+        partitions' refused rows, and from then on the URL's table takes them."""
+        for table, schema in url_path.items():
+            other = settings_path.get(table)
+            if schema is None or other is None or other == schema:
+                continue
+            logger.warning(
+                "sink %r: option settings sets search_path, under which %s would be %s, but "
+                "the sink writes %s (the URL's search path resolves it there; settings "
+                "apply to the write connections only): name the schema in the option, or "
+                "set the search path in the URL (?options=-csearch_path%%3D...)",
+                self.name, table, TableName(_named(table), other),
+                TableName(_named(table), schema),
+            )  # fmt: skip
 
     # -- the partitioned-sink kit ---------------------------------------------------------
 

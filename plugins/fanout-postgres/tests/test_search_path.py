@@ -180,3 +180,32 @@ def test_a_quoted_schema_switched_mid_batch_its_printed_table_completes_the_batc
     assert result.details["skipped_partitions"] == [0]
     assert _ids(pg_url, '"MyApp"."T 1"') == [4, 5, 6, 7]
     assert _ids(pg_url, 'public."T 1"') == [100]
+
+
+def test_a_search_path_in_settings_finding_other_tables_is_said_at_open(
+    spark: Any, pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``settings: {search_path: app}`` with ``app.t1`` and ``app.rejects`` made by hand
+    (an older fanout's partitions wrote their refused rows into ``app.rejects``): the sink
+    writes ``public.t1`` and ``public.rejects``, as the URL's search path resolves them,
+    and its open now says so, naming the tables the settings' path would find, instead of
+    the letters moving silently."""
+    _tables(pg_url)
+    execute(pg_url, "CREATE TABLE app.rejects (LIKE public.t1)")
+    caplog.set_level("WARNING", logger="fanout_postgres.sink")
+    result = _run(spark, pg_url, tmp_path, "append", settings={"search_path": "app"})
+    assert (result.rows, result.dead_lettered) == (4, 2)
+    assert _ids(pg_url, "public.t1") == [0, 1, 3, 4]
+    assert _letters(pg_url, "public.rejects") == [2, 5]
+    said = [r.getMessage() for r in caplog.records if "option settings sets search_path" in
+            r.getMessage()]  # fmt: skip
+    assert said == [
+        "sink 'pg': option settings sets search_path, under which t1 would be app.t1, but "
+        "the sink writes public.t1 (the URL's search path resolves it there; settings apply "
+        "to the write connections only): name the schema in the option, or set the search "
+        "path in the URL (?options=-csearch_path%3D...)",
+        "sink 'pg': option settings sets search_path, under which rejects would be "
+        "app.rejects, but the sink writes public.rejects (the URL's search path resolves it "
+        "there; settings apply to the write connections only): name the schema in the "
+        "option, or set the search path in the URL (?options=-csearch_path%3D...)",
+    ], said
