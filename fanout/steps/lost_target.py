@@ -6,9 +6,11 @@ and created again empty (``create_table``, ``create_topic``, the Delta sink's ow
 loses those batches silently: the ledger and ``fanout status`` still count them, and the
 run writes on. So before a run writes anything, each open sink with a mark in the current
 epoch is asked :meth:`fanout.Sink.holds_batch` about that mark, once per run (never on the
-per-batch path), and a lagging sink that could not be opened at the start is asked once
-it is (before its first write). Unless that says ``False`` (or does not answer within the
-sink's ``write_timeout_s``), a sink implementing
+per-batch path), one with none there about its last mark of the newest earlier epoch that
+holds one (:func:`earlier_marks`: a checkpoint reset's first run), and a lagging sink
+that could not be opened at the start is asked once it is (before its first write).
+Unless that says ``False`` (or does not answer within the sink's ``write_timeout_s``), a
+sink implementing
 :meth:`fanout.Sink.target_replaced` is asked too, bounded the same way, whether its target
 is still the one the batch was written to: a reason counts as ``False`` (the refusal quotes
 it), no answer (``None``, raised, timed out: logged) leaves ``holds_batch``'s. A definite
