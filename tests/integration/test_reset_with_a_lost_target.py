@@ -12,6 +12,8 @@ spool."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,15 @@ from pyspark.errors import StreamingQueryException
 
 from fanout import FanOut
 from fanout.sink_spec import SinkSpec, lag_policy
-from tests.integration.streams import committed_marks, delta_rows, run_stream, write_input
+from tests.in_process_cli import Cli
+from tests.integration.streams import (
+    bronze_pipeline,
+    committed_marks,
+    delta_rows,
+    id_counts,
+    run_stream,
+    write_input,
+)
 from tests.integration.test_lost_target_catch_up import _Target
 
 
@@ -140,3 +150,38 @@ def test_a_sink_lagging_across_a_reset_is_not_caught_up_into_its_lost_target(
         accepted.close()
     assert lost.calls == [(2, 1), (3, 1), (0, 1), (1, 1)]
     assert sorted(r["order_id"] for r in lost.rows()) == list(range(6, 18))
+
+
+def test_fanout_run_new_epoch_refused_for_a_dropped_table_goes_on_with_the_printed_command(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """Through ``fanout run PIPELINE.toml --new-epoch``: refused for the dropped table, the
+    command the refusal prints, run exactly as printed (without ``--new-epoch``: the new
+    checkpoint owns epoch 1 already), writes the new epoch's batch into the table as it is,
+    and the next run needs no flag."""
+    config = tmp_path / "pipeline.toml"
+    config.write_text(bronze_pipeline(tmp_path))
+    write_input(tmp_path / "input", 1, 3)  # batch 0: orders 0-2
+    assert fanout_cli("run", str(config)).returncode == 0
+    shutil.rmtree(tmp_path / "bronze")  # dropped behind fanout's back
+    shutil.rmtree(tmp_path / "checkpoint")  # and the checkpoint lost: orders 3-5 new
+    shutil.rmtree(tmp_path / "input")
+    write_input(tmp_path / "input", 1, 3, start_file=1)
+
+    ran = fanout_cli("run", str(config), "--new-epoch")
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 1, out[-3000:]
+    assert f"path '{tmp_path / 'bronze'}' no longer holds batch 0 of epoch 0" in out, out
+    (printed,) = re.findall(r"`(fanout run [^`]*--accept-lost-target[^`]*)`", out)
+    assert printed == f"fanout run {config} --accept-lost-target bronze"
+    assert not (tmp_path / "bronze").exists()  # before: created again, holding orders 3-5
+
+    ran = fanout_cli(*shlex.split(printed)[1:])
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {3: 1, 4: 1, 5: 1}
+    assert _marks(tmp_path) == [(0, "bronze", 0), (1, "bronze", 0)]
+    write_input(tmp_path / "input", 1, 3, start_file=2)  # orders 6-8: no flag needed
+    ran = fanout_cli("run", str(config))
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(3, 9)}
+    assert _marks(tmp_path) == [(0, "bronze", 0), (1, "bronze", 0), (1, "bronze", 1)]
