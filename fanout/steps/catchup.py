@@ -366,7 +366,9 @@ class CatchUp:
                 return None
         if self._stop.is_set() and threading.current_thread() is self._runner:
             return None  # the thread, stopped: close() may be closing the sink now
-        writer.since, writer.writing, writer.last = time.monotonic(), backlog.keys[0], self._token
+        # ``last`` first: a drain reads them unlocked (_tell_waiting), and ``writing`` set
+        # while ``last`` still names no catch-up or an earlier one is another's write
+        writer.last, writer.since, writer.writing = self._token, time.monotonic(), backlog.keys[0]
         try:
             error = self.write(sink, backlog.keys[0], live=live, wait=wait)
         finally:

@@ -241,3 +241,44 @@ def test_a_sink_writer_is_kept_while_a_catch_up_can_write_the_sink_and_dropped_a
     while left.slow.closed == 0 and time.monotonic() < deadline:  # closed once it ended
         time.sleep(0.02)
     assert entries() == []
+
+
+def test_a_catch_up_is_never_told_its_own_write_is_an_earlier_fan_outs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain that finds the sink's lock taken asks whose write holds it (``writing``,
+    ``last``) without the lock: read at the instant the catch-up's own write of batch 0 has
+    set ``writing`` (here: by a writer that asks then, as a concurrent drain would), it
+    must not take that write for an earlier FanOut's and tell the operator to end the
+    process (before: ``last`` was set after ``writing``, still naming no catch-up)."""
+    from fanout.steps import catchup
+
+    asked: list[str] = []
+    fans: list[FanOut] = []
+
+    class Watched(catchup.SinkWriter):
+        def __setattr__(self, name: str, value: Any) -> None:
+            super().__setattr__(name, value)
+            if name == "writing" and value is not None and fans:
+                asked.append(str(value))
+                fans[0].catchup._tell_waiting("slow")  # a drain reading it now
+
+    monkeypatch.setattr(catchup, "SinkWriter", Watched)
+    frames = {0: SchemaFrame([10, 11, 12])}
+    slow = ScriptedSink("slow", always_fail=SinkWriteError("down", sink="slow"))
+    fan = FanOut(
+        "own", str(tmp_path / "ledger"),
+        [ScriptedSink("good"), SinkSpec(slow, lag=lag_policy("slow", {"on_failure": "lag"}))],
+        backoff_s=0, retries=0, spool=str(tmp_path / "spool"), probe_interval_s=3600,
+    )  # fmt: skip
+    try:
+        _reading(fan, frames)
+        fan.process(frames[0], BatchInfo("own", 0, "q"))  # slow fails: spooled
+        slow.always_fail = None
+        fans.append(fan)
+        caplog.clear()
+        assert fan.catch_up(20)["slow"].state == "live"
+    finally:
+        fan.close()
+    assert asked == ["(0, 0)"]  # its write of batch 0 (epoch 0), read as it began
+    assert _said(caplog) == [], _said(caplog)
