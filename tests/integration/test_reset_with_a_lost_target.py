@@ -185,3 +185,37 @@ def test_fanout_run_new_epoch_refused_for_a_dropped_table_goes_on_with_the_print
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
     assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(3, 9)}
     assert _marks(tmp_path) == [(0, "bronze", 0), (1, "bronze", 0), (1, "bronze", 1)]
+
+
+def test_a_path_changed_on_purpose_at_a_reset_goes_on_under_a_new_name_as_printed(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """A reset that also points the sink at a new table on purpose is refused (the old
+    table still holds epoch 0's batches); its printed way on, a new name for the sink and a
+    restart, starts the new table afresh with the new epoch's batch, the old one untouched."""
+    config = tmp_path / "pipeline.toml"
+    config.write_text(bronze_pipeline(tmp_path))
+    write_input(tmp_path / "input", 1, 3)  # batch 0: orders 0-2
+    assert fanout_cli("run", str(config)).returncode == 0
+    shutil.rmtree(tmp_path / "checkpoint")
+    shutil.rmtree(tmp_path / "input")
+    write_input(tmp_path / "input", 1, 3, start_file=1)  # orders 3-5
+    moved = f'path = "{tmp_path}/bronze"'
+    assert moved in config.read_text()
+    config.write_text(config.read_text().replace(moved, f'path = "{tmp_path}/fresh"'))
+
+    ran = fanout_cli("run", str(config), "--new-epoch")
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 1, out[-3000:]
+    assert f"path '{tmp_path / 'fresh'}' no longer holds batch 0 of epoch 0" in out, out
+    assert (
+        "If 'bronze''s path was changed on purpose to a new target (the old one still holds "
+        "those batches), set it back; or give the sink a new name too and restart"
+    ) in out, out
+
+    config.write_text(config.read_text().replace('name = "bronze"', 'name = "fresh"'))
+    ran = fanout_cli("run", str(config))
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    assert id_counts(delta_rows(tmp_path / "fresh")) == {3: 1, 4: 1, 5: 1}
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {0: 1, 1: 1, 2: 1}
+    assert _marks(tmp_path) == [(0, "bronze", 0), (1, "fresh", 0)]
