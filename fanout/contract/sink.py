@@ -403,8 +403,11 @@ class Sink:
         replaced epoch still open to writes in flight: a held batch refuses the start with
         nothing fenced) and again after them (the answer that counts). One read of the
         sink's records each time; never called on the per-batch path. Also once per run, at
-        its first batch, for the sink's last mark ``m`` of the current epoch (and, when that
-        says ``False``, its last mark that wrote rows): ``False`` there refuses the run with
+        its first batch, for the sink's last mark ``m`` of the current epoch, or, with no
+        mark there (the first run after a checkpoint reset, a sink lagging across one), of
+        the newest earlier epoch that holds one, so it must answer from its records of that
+        ``epoch`` (and, when that says ``False``, its last mark that wrote rows): ``False``
+        there refuses the run with
         :class:`fanout.TargetLostError` (the target was deleted or replaced since), so
         records kept beside the target (a progress table, consumer groups) that outlive it
         must not answer alone for a target that is missing (``False``); whether the target
