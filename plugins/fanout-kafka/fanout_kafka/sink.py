@@ -489,11 +489,17 @@ class KafkaSink(PartitionedSink):
         return self._topic_replaced(config, pipeline_scope(pipeline, epoch))
 
     def _markers_hold(
-        self, config: dict[str, Any], pipeline: str, epoch: int, batch_id: int, name: str
+        self,
+        config: dict[str, Any],
+        pipeline: str,
+        epoch: int,
+        batch_id: int,
+        name: str,
+        timeout_s: float = 60.0,
     ) -> bool | PartlyHeld | None:
         """What the partitions' markers say of the batch (:meth:`holds_batch`), and, when
         every partition holds it, whether the letters they named reached the dead-letter
-        target (:meth:`_letters_waiting`)."""
+        target (:meth:`_letters_waiting`); the markers read within ``timeout_s``."""
         from fanout.contract.batch import pipeline_scope
         from fanout_kafka.markers import marker_group, span_group
         from fanout_kafka.membership import held_partitions
@@ -505,6 +511,7 @@ class KafkaSink(PartitionedSink):
             lambda p: marker_group(scope, name, p),
             batch_id,
             self.partitions,
+            timeout_s,
             span_group=span_group(scope, name),
         )
         if committed is None:  # a later batch committed: this one did, whole
@@ -742,9 +749,10 @@ class KafkaSink(PartitionedSink):
         since_ms = None if info is None else info.batch_timestamp_ms
         exclude = {*self._vanished_unasked, self.name}
         started = time.monotonic()
+        deadline = started + self.open_timeout_s  # the whole read's: rounds, tries, markers
         while True:
             writers, held, unread = self._read_tail(config, topic, pipeline, epoch, batch_id,
-                                                    exclude, since_ms)  # fmt: skip
+                                                    exclude, since_ms, deadline)  # fmt: skip
             if writers is None:
                 log.warning(
                     "sink %r, batch %d: cannot tell whether topic %r holds this batch written "
@@ -777,15 +785,18 @@ class KafkaSink(PartitionedSink):
         batch_id: int,
         exclude: set[str],
         since_ms: int | None,
+        deadline: float,
     ) -> tuple[dict[str, int] | None, dict[str, bool | PartlyHeld | None], str]:
         """:func:`fanout_kafka.renamed.tail_writers` and, for each name it finds, whether
         that name's markers in the scope hold batch ``batch_id``; a failure tried again,
         up to :data:`~fanout_kafka.renamed.READ_ATTEMPTS` times, when its error may pass.
-        Names ``None``: cannot tell, and why (the read not ended within
-        ``open_timeout_s``, or its rights refused:
+        Every try, its pauses and the markers' reads end by ``deadline`` (``time.monotonic``:
+        the first write's ``open_timeout_s``, for the whole read). Names ``None``: cannot
+        tell, and why (the read not ended by ``deadline``, or its rights refused:
         :func:`fanout_kafka.renamed.read_error_is_unauthorized`).
 
-        :raises fanout.TransientSinkError: when it still fails after those attempts.
+        :raises fanout.TransientSinkError: when it still fails after those attempts, or
+            when ``deadline`` passes with it failing.
         :raises fanout.SinkWriteError: at once, when its error cannot pass.
         """
         from confluent_kafka import KafkaException
@@ -798,22 +809,26 @@ class KafkaSink(PartitionedSink):
             tail_writers,
         )
 
+        unread = (
+            f"the topic's records since the batch's planning not all read within its "
+            f"open_timeout_s={self.open_timeout_s:g} s: raise it to read them"
+        )
         attempt = 0
         while True:
             attempt += 1
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None, {}, unread
             try:
                 writers = tail_writers(
                     ADMINS.client(config), config, topic, pipeline, exclude, batch_id,
-                    self.open_timeout_s, since_ms=since_ms,
+                    left, since_ms=since_ms,
                 )  # fmt: skip
                 held = {
-                    other: self._markers_hold(config, pipeline, epoch, batch_id, other)
+                    other: self._markers_hold(config, pipeline, epoch, batch_id, other,
+                                              max(deadline - time.monotonic(), 0.001))
                     for other in sorted(writers or {})
-                }
-                unread = (
-                    f"the topic's records since the batch's planning not all read within its "
-                    f"open_timeout_s={self.open_timeout_s:g} s: raise it to read them"
-                )
+                }  # fmt: skip
                 return writers, held, unread
             except (KafkaException, TimeoutError) as exc:
                 error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
@@ -826,13 +841,14 @@ class KafkaSink(PartitionedSink):
                         f"or rename a sink only once `fanout status` shows its last batch "
                         f"marked"
                     )  # fmt: skip
-                if transient and attempt < READ_ATTEMPTS:
+                pause = RETRY_PAUSE_S * attempt
+                if transient and attempt < READ_ATTEMPTS and time.monotonic() + pause < deadline:
                     log.info(
                         "sink %r, batch %d: reading the end of topic %r failed (attempt %d of "
                         "%d), trying again: %s", self.name, batch_id, topic, attempt,
                         READ_ATTEMPTS, redact(str(exc), self.secret_values()),
                     )  # fmt: skip
-                    time.sleep(RETRY_PAUSE_S * attempt)
+                    time.sleep(pause)
                     continue
                 raise self._unread_tail(batch_id, topic, exc, transient, attempt) from exc
 
@@ -845,7 +861,9 @@ class KafkaSink(PartitionedSink):
         failure), else at once (:class:`fanout.SinkWriteError`)."""
         said = redact(str(exc), self.secret_values())
         why = (
-            f"failed {attempts} times with an error worth trying again ({said}): the run "
+            f"failed {'once' if attempts == 1 else f'{attempts} times'} within its "
+            f"open_timeout_s={self.open_timeout_s:g} s with an error worth trying again "
+            f"({said}): the run "
             "fails; restart it once the brokers answer"
             if transient
             else f"failed ({said}), an error trying again does not clear: fix it (the "
