@@ -212,6 +212,7 @@ class KafkaSink(PartitionedSink):
         self._ledger: str | None = None  # the ledger as commands name it, set by open()
         self._derived_prefix = False  # transactional_id_prefix is the default (open())
         self._legacy_prefix: str | None = None  # the former default, to fence (open())
+        self._prefix_unchecked = True  # the recorded prefix not read yet (open())
         self._held_admin: dict[str, Any] | None = None  # open() to close()
         self._speculation: bool | None = None  # spark.speculation, at the first batch
         # (monotonic time, id) of the topic id's last commit in this open(): None before
@@ -245,6 +246,7 @@ class KafkaSink(PartitionedSink):
         self._dead = context.dead_letters
         self._topic_id_recorded = None
         self._spans = {}
+        self._prefix_unchecked = True
         self._check_options()
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
         if self.transactional_id_prefix is None or self._derived_prefix:
@@ -678,10 +680,44 @@ class KafkaSink(PartitionedSink):
         if self._legacy_prefix is not None:
             fence_legacy_transactions(settings, self._legacy_prefix, span, batch.batch_id)
             self._legacy_prefix = None  # once per open()
+        if self._prefix_unchecked:
+            self._fence_former_prefix(settings, span, batch.batch_id)
+            self._prefix_unchecked = False  # once per open()
         if self._unsettled and self._end_turns is not None:
             end_abandoned_transactions(settings, span, batch.batch_id)
         self._unsettled = True  # until every partition of this attempt reports
         return read_committed(settings, batch.batch_id, span)
+
+    def _fence_former_prefix(self, settings: WriterSettings, span: int, batch_id: int) -> None:
+        """Fence the ids of the prefix the sink last recorded in its scope when it is not
+        the one it uses now (``transactional_id_prefix`` changed since), and record this
+        one (:mod:`fanout_kafka.former_ids`): one offset read, one record read when one
+        was recorded, one record and one commit when it changed; once per ``open()``.
+
+        :raises fanout.TransientSinkError: when the record cannot be read or written.
+        """
+        from confluent_kafka import KafkaException
+
+        from fanout_kafka.former_ids import record_prefix, recorded_prefix
+
+        try:
+            former = recorded_prefix(settings, self.open_timeout_s)
+            if former is not None and former != settings.transactional_id_prefix:
+                log.info(
+                    "sink %r: transactional_id_prefix was %r in the last run (now %r): its "
+                    "ids fenced before the markers are read", self.name, former,
+                    settings.transactional_id_prefix,
+                )  # fmt: skip
+                fence_legacy_transactions(settings, former, span, batch_id)
+            if former != settings.transactional_id_prefix:
+                record_prefix(settings, self.open_timeout_s)
+        except (KafkaException, TimeoutError) as exc:
+            raise TransientSinkError(
+                f"cannot read or record the sink's transactional_id_prefix on marker topic "
+                f"{settings.marker_topic!r} (read before the markers): "
+                f"{redact(str(exc), self.secret_values())}",
+                sink=self.name, batch_id=batch_id,
+            ) from exc  # fmt: skip
 
     def _partition_span(self, settings: WriterSettings, partitions: int, batch_id: int) -> int:
         """The partitions whose markers the driver reads (and whose transactional ids it
