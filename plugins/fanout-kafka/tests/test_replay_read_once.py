@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from fanout_kafka import KafkaSink
+from fanout_kafka import KafkaSink, former_ids
 from fanout_kafka import sink as sink_module
 
 import fanout.partitioned.sink as kit
@@ -32,11 +32,16 @@ class Markers:
         monkeypatch.setattr(sink_module, "end_abandoned_transactions", self.end)
         monkeypatch.setattr(sink_module, "read_committed", self.read)
         monkeypatch.setattr(sink_module, "record_span", self.span)
+        # the prefix recorded is the one in use: nothing to fence, nothing recorded
+        monkeypatch.setattr(former_ids, "recorded_prefix", self.prefix)
         monkeypatch.setattr(kit, "check_committed", self.check)
 
     def span(self, config: Any, settings: Any, partitions: int, first: Any = None) -> int:
         self.spans.append(partitions)  # recorded once per open() and scope, not per read
         return partitions
+
+    def prefix(self, settings: Any, timeout_s: float) -> str:
+        return str(settings.transactional_id_prefix)
 
     def end(self, settings: Any, partitions: int, batch_id: int) -> None:
         self.calls.append(f"end {batch_id}")
