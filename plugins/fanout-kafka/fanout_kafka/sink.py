@@ -699,6 +699,7 @@ class KafkaSink(PartitionedSink):
         from confluent_kafka import KafkaException
 
         from fanout_kafka.former_ids import record_prefix, recorded_prefix
+        from fanout_kafka.renamed import read_error_is_unauthorized
 
         try:
             former = recorded_prefix(settings, self.open_timeout_s)
@@ -712,6 +713,18 @@ class KafkaSink(PartitionedSink):
             if former != settings.transactional_id_prefix:
                 record_prefix(settings, self.open_timeout_s)
         except (KafkaException, TimeoutError) as exc:
+            error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+            if error is not None and hasattr(error, "code") and read_error_is_unauthorized(error):
+                # rights the sink needs nowhere else (a record on the marker topic): warned,
+                # as before this check; refusing would stop every run's first batch
+                log.warning(
+                    "sink %r: cannot read or record its transactional_id_prefix on marker "
+                    "topic %r (%s): a prefix changed between a crash and its replay is not "
+                    "fenced; grant the sink's principal READ and WRITE on that topic, or "
+                    "change the prefix only after a clean stop", self.name,
+                    settings.marker_topic, redact(str(exc), self.secret_values()),
+                )  # fmt: skip
+                return
             raise TransientSinkError(
                 f"cannot read or record the sink's transactional_id_prefix on marker topic "
                 f"{settings.marker_topic!r} (read before the markers): "

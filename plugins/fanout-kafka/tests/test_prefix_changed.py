@@ -9,6 +9,7 @@ a task of the old run still alive could have committed beside the replay."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
@@ -55,3 +56,41 @@ def test_a_restart_under_another_prefix_fences_the_former_ids_before_reading_mar
     assert recorded_prefix(restarted.settings(_batch(pipeline)), 10) == f"{pipeline}-new"
     assert marker(kafka.bootstrap, pipeline, "events", KEPT, "__fanout_markers") == 1
     assert _committed_records(kafka, topic) == [(f"k{i}", "kept") for i in range(5)]
+
+
+def test_a_prefix_the_sink_may_not_record_is_warned_not_refused(
+    kafka: Broker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sink without READ and WRITE on the marker topic (rights it needs nowhere else
+    without Delta dead letters) cannot read or record its prefix: warned, and the markers
+    read as before, so a secured pipeline is not stopped at every run's first batch; any
+    other error is transient (the batch is tried again)."""
+    from confluent_kafka import KafkaError
+    from fanout_kafka import former_ids
+
+    from fanout.errors import TransientSinkError
+
+    topic, pipeline = f"ab-{uuid.uuid4().hex[:8]}", f"ab{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+
+    def refused(code: int) -> Any:
+        def read(settings: Any, timeout_s: float) -> str | None:
+            raise KafkaException(KafkaError(code, "stand-in"))
+
+        return read
+
+    monkeypatch.setattr(former_ids, "recorded_prefix",
+                        refused(KafkaError.TOPIC_AUTHORIZATION_FAILED))  # fmt: skip
+    sink = _sink(kafka, topic, pipeline, f"{pipeline}-p")
+    assert sink.committed_partitions(_batch(pipeline), PLAN) == []
+    assert "cannot read or record its transactional_id_prefix" in caplog.text
+    assert "TOPIC_AUTHORIZATION_FAILED" in caplog.text
+
+    monkeypatch.setattr(former_ids, "recorded_prefix", refused(KafkaError._TRANSPORT))
+    again = _sink(kafka, topic, pipeline, f"{pipeline}-p")
+    with pytest.raises(TransientSinkError) as caught:
+        again.committed_partitions(_batch(pipeline), PLAN)
+    assert str(caught.value).startswith(
+        "sink 'events', batch 0: cannot read or record the sink's transactional_id_prefix on "
+        "marker topic '__fanout_markers' (read before the markers): "
+    )
