@@ -799,9 +799,11 @@ class KafkaSink(PartitionedSink):
         exclude = {*self._vanished_unasked, self.name}
         started = time.monotonic()
         deadline = started + self.open_timeout_s  # the whole read's: rounds, tries, markers
+        spent = ""  # what used part of the deadline before a read again: refused if cut short
         while True:
             writers, held, unread = self._read_tail(config, topic, pipeline, epoch, batch_id,
-                                                    exclude, since_ms, deadline)  # fmt: skip
+                                                    exclude, since_ms, deadline,
+                                                    spent=spent)  # fmt: skip
             if writers is None:
                 log.warning(
                     "sink %r, batch %d: cannot tell whether topic %r holds this batch written "
@@ -821,6 +823,10 @@ class KafkaSink(PartitionedSink):
             # names whose markers do not hold the batch: read again past them, for one
             # buried under their records that does
             exclude |= set(writers)
+            spent = (
+                f"reading past sink(s) {', '.join(map(repr, sorted(writers)))} first (their "
+                f"records at the topic's end, their markers not holding the batch)"
+            )
         log.debug("sink %r, batch %d: the topic's end read for a vanished sink's records in "
                   "%.1f ms", self.name, batch_id, 1000 * (time.monotonic() - started))  # fmt: skip
         self._vanished_unasked = ()
@@ -835,6 +841,8 @@ class KafkaSink(PartitionedSink):
         exclude: set[str],
         since_ms: int | None,
         deadline: float,
+        *,
+        spent: str = "",
     ) -> tuple[dict[str, int] | None, dict[str, bool | PartlyHeld | None], str]:
         """:func:`fanout_kafka.renamed.tail_writers` and, for each name it finds, whether
         that name's markers in the scope hold batch ``batch_id``; a failure tried again,
@@ -842,10 +850,13 @@ class KafkaSink(PartitionedSink):
         Every try, its pauses and the markers' reads end by ``deadline`` (``time.monotonic``:
         the first write's ``open_timeout_s``, for the whole read). Names ``None``: cannot
         tell, and why (the read not ended by ``deadline``, or its rights refused:
-        :func:`fanout_kafka.renamed.read_error_is_unauthorized`).
+        :func:`fanout_kafka.renamed.read_error_is_unauthorized`). But a read not ended by
+        ``deadline`` after part of the time went elsewhere (``spent``: a name read past
+        before, by the caller; a try that failed, here) is refused, not "cannot tell": a
+        read given the whole time may have found the batch (:meth:`_cut_short`).
 
         :raises fanout.TransientSinkError: when it still fails after those attempts, or
-            when ``deadline`` passes with it failing.
+            when ``deadline`` passes with it failing, or after ``spent``.
         :raises fanout.SinkWriteError: at once, when its error cannot pass.
         """
         from confluent_kafka import KafkaException
@@ -867,12 +878,16 @@ class KafkaSink(PartitionedSink):
             attempt += 1
             left = deadline - time.monotonic()
             if left <= 0:
+                if spent:
+                    raise self._cut_short(batch_id, topic, spent)
                 return None, {}, unread
             try:
                 writers = tail_writers(
                     ADMINS.client(config), config, topic, pipeline, exclude, batch_id,
                     left, since_ms=since_ms,
                 )  # fmt: skip
+                if writers is None and spent:
+                    raise self._cut_short(batch_id, topic, spent)
                 held = {
                     other: self._markers_hold(config, pipeline, epoch, batch_id, other,
                                               max(deadline - time.monotonic(), 0.001))
@@ -898,8 +913,26 @@ class KafkaSink(PartitionedSink):
                         READ_ATTEMPTS, redact(str(exc), self.secret_values()),
                     )  # fmt: skip
                     time.sleep(pause)
+                    spent = f"a try that failed with an error worth trying again ({error})"
                     continue
                 raise self._unread_tail(batch_id, topic, exc, transient, attempt) from exc
+
+    def _cut_short(self, batch_id: int, topic: str, spent: str) -> TransientSinkError:
+        """The refusal of batch ``batch_id``'s first write when the read of the end of
+        ``topic`` ran out of ``open_timeout_s`` after part of it went to ``spent``: a read
+        given the whole time (before the shared deadline, each got its own) may have found
+        the old name's batch, so writing would risk it twice. Transient: a restart reads
+        again with the whole time."""
+        return TransientSinkError(
+            f"cannot write batch {batch_id}, this sink's first write to topic {topic!r} in "
+            f"the epoch: the read of the topic's end for its records of a sink the pipeline "
+            f"no longer configures (one renamed after it committed the batch and before its "
+            f"ledger mark) did not end within its open_timeout_s={self.open_timeout_s:g} s "
+            f"after {redact(spent, self.secret_values())}. Not written, so as not to write "
+            f"such a batch twice: the run fails; restart it (the read starts again with the "
+            f"whole time), or raise the sink's open_timeout_s",
+            sink=self.name, batch_id=batch_id,
+        )  # fmt: skip
 
     def _unread_tail(
         self, batch_id: int, topic: str, exc: BaseException, transient: bool, attempts: int

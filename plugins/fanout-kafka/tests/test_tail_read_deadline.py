@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import socket
 import time
+import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
+from kafkatools import Broker, read_topic
 
-from fanout.errors import TransientSinkError
+from fanout import BatchFailedError, BatchInfo, FanOut
+from fanout.errors import RenamedSinkError, TransientSinkError
+from fanout.testing.faults import MarkLost
 
 
 def _free_port() -> int:
@@ -61,3 +67,82 @@ def test_a_tail_read_with_no_time_left_cannot_tell_and_reads_nothing() -> None:
     assert (writers, held) == (None, {})
     assert "not all read within its open_timeout_s=2 s: raise it to read them" in unread
     assert time.monotonic() - started < 0.5
+
+
+def test_a_name_read_past_that_used_the_time_up_refuses_the_write_not_doubles_it(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sink 'old', killed in its first batch after its commit, renamed 'new'; over its
+    batch, another writer's records, and on top a vanished name's record ('ghost', no
+    marker in the epoch: read past). The ghost's markers answer slowly (here: the answer,
+    then the rest of ``open_timeout_s`` gone): the read again past the ghost, which would
+    find 'old', has no time left. It answered "cannot tell" and 'new' wrote batch 0 again
+    (keys 0-3 twice, on the shared deadline; each read had its own ``open_timeout_s``
+    before). Now refused as transient, nothing written; raising ``open_timeout_s`` as
+    printed finds 'old' and refuses it."""
+    from confluent_kafka import Producer
+    from fanout_kafka import KafkaSink
+    from fanout_kafka.records import batch_headers
+    from fanout_kafka.renamed import TAIL_OFFSETS
+
+    def sink(name: str, timeout_s: float) -> dict[str, Any]:
+        return {"type": "kafka", "name": name, "bootstrap_servers": kafka.bootstrap,
+                "topic": topic, "key": "id", "partitions": 2, "open_timeout_s": timeout_s,
+                "marker_topic": f"{topic}-markers", "create_topic": True}  # fmt: skip
+
+    pipeline, ledger = f"kcut{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger")
+    batch0 = BatchInfo(pipeline, 0, "q", batch_timestamp_ms=int(time.time() * 1000))
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the ledger mark
+        FanOut(pipeline, MarkLost(ledger, "old"), [sink("old", 6)],
+               retries=0).process(spark.range(0, 4), batch0)  # fmt: skip
+    # another writer buries the batch past the first round's offsets (test_renamed_sink),
+    # and on top the ghost's record, found by the first round alone
+    plain = Producer({"bootstrap.servers": kafka.bootstrap, "batch.num.messages": 1})
+    for n in range(3 * (TAIL_OFFSETS + 10)):
+        plain.produce(topic, b"{}", str(100 + n).encode(), partition=n % 3)
+    plain.produce(topic, b"{}", b"99", partition=0,
+                  headers=list(batch_headers(pipeline, "ghost", 9)))  # fmt: skip
+    plain.flush(30)
+    expected = [0, 1, 2, 3, 99, *range(100, 100 + 3 * (TAIL_OFFSETS + 10))]
+
+    real = KafkaSink._markers_hold
+    asked: list[str] = []
+
+    def slow(self: KafkaSink, *args: Any) -> Any:
+        answer = real(self, *args)
+        asked.append(args[4])
+        if args[4] == "ghost":  # a slow answer: what was left of the read's time (up to
+            time.sleep(min(args[5], 6) + 0.2)  # 6 s) gone
+        return answer
+
+    monkeypatch.setattr(KafkaSink, "_markers_hold", slow)
+
+    def run(timeout_s: float) -> BatchFailedError:
+        renamed = FanOut(pipeline, ledger, [sink("new", timeout_s)], retries=0)
+        try:
+            with pytest.raises(BatchFailedError) as caught:
+                renamed.process(spark.range(0, 4), batch0)
+        finally:
+            renamed.close()
+        return caught.value
+
+    refused = run(6)
+    keys = sorted(int(r["key"]) for r in read_topic(kafka.bootstrap, topic, len(expected)))
+    assert keys == expected  # before: 0-3 twice
+    assert asked == ["ghost"]
+    error = refused.failures["new"]
+    assert type(error) is TransientSinkError
+    text = str(error)
+    assert text.startswith(
+        f"sink 'new', batch 0: cannot write batch 0, this sink's first write to topic "
+        f"'{topic}' in the epoch: the read of the topic's end"
+    )
+    assert "did not end within its open_timeout_s=6 s after reading past sink(s) 'ghost'" in text
+    assert "raise the sink's open_timeout_s" in text
+    # the way on, as printed: open_timeout_s raised, the read past the ghost finds 'old'
+    again = run(20).failures["new"]
+    assert isinstance(again, RenamedSinkError)
+    assert f"topic '{topic}' holds batch 0 of sink 'old'" in str(again)
+    assert asked == ["ghost", "ghost", "old"]
+    keys = sorted(int(r["key"]) for r in read_topic(kafka.bootstrap, topic, len(expected)))
+    assert keys == expected
