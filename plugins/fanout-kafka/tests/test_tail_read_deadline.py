@@ -146,3 +146,41 @@ def test_a_name_read_past_that_used_the_time_up_refuses_the_write_not_doubles_it
     assert asked == ["ghost", "ghost", "old"]
     keys = sorted(int(r["key"]) for r in read_topic(kafka.bootstrap, topic, len(expected)))
     assert keys == expected
+
+
+def test_a_read_again_after_a_failed_try_that_runs_out_of_time_refuses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A try that failed with an error that may pass (a broker that came back late) took
+    most of the time; the try again (here a stand-in: the read not ended in the time
+    left) answered "cannot tell", and the batch was written, where a read given the whole
+    time (each try's own, before the shared deadline) may have found the old name's
+    batch. Now refused as transient, naming the error."""
+    from confluent_kafka import KafkaError, KafkaException
+    from fanout_kafka import KafkaSink
+    from fanout_kafka import renamed as renamed_module
+
+    tries: list[float] = []
+
+    def tail(*args: Any, **kwargs: Any) -> dict[str, int] | None:
+        tries.append(args[6])  # the time it is given
+        if len(tries) == 1:
+            time.sleep(0.5)
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
+        return None  # not read within what was left
+
+    monkeypatch.setattr(renamed_module, "tail_writers", tail)
+    monkeypatch.setattr(renamed_module, "RETRY_PAUSE_S", 0.01)
+    bootstrap = f"127.0.0.1:{_free_port()}"
+    sink = KafkaSink("events", bootstrap_servers=bootstrap, topic="orders", open_timeout_s=1)
+    config = {"bootstrap.servers": bootstrap, "log_level": 0}
+    with pytest.raises(TransientSinkError) as caught:
+        sink._read_tail(config, "orders", "p", 0, 4, {"events"}, None, time.monotonic() + 1)
+    assert len(tries) == 2 and tries[1] < 0.5
+    text = str(caught.value)
+    assert text.startswith(
+        "sink 'events', batch 4: cannot write batch 4, this sink's first write to topic "
+        "'orders' in the epoch: the read of the topic's end"
+    )
+    assert "did not end within its open_timeout_s=1 s after a try that failed" in text
+    assert "_TRANSPORT" in text and "raise the sink's open_timeout_s" in text
