@@ -946,7 +946,8 @@ class KafkaSink(PartitionedSink):
             f"failed {'once' if attempts == 1 else f'{attempts} times'} within its "
             f"open_timeout_s={self.open_timeout_s:g} s with an error worth trying again "
             f"({said}): the run "
-            "fails; restart it once the brokers answer"
+            "fails; restart it once the brokers answer (if they answer and the read used its "
+            "time up, a deep topic's, with the sink's open_timeout_s raised)"
             if transient
             else f"failed ({said}), an error trying again does not clear: fix it (the "
             "topic, its partitions, the sink's rights to read it) and restart"

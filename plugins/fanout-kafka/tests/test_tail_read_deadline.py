@@ -184,3 +184,52 @@ def test_a_read_again_after_a_failed_try_that_runs_out_of_time_refuses(
     )
     assert "did not end within its open_timeout_s=1 s after a try that failed" in text
     assert "_TRANSPORT" in text and "raise the sink's open_timeout_s" in text
+
+
+def test_a_found_name_whose_markers_get_no_time_left_names_the_way_that_works(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic's end read slowly (here: the read, then the rest of ``open_timeout_s``
+    gone: a deep busy topic) finds 'old'; its markers' read, given what is left (before the
+    shared deadline: 60 s), times out, and the refusal said only "restart it once the
+    brokers answer": a restart reads as slowly and is refused again. It now names raising
+    open_timeout_s, and that, done as printed, finds 'old' and refuses it."""
+    from fanout_kafka import renamed as renamed_module
+
+    def sink(name: str, timeout_s: float) -> dict[str, Any]:
+        return {"type": "kafka", "name": name, "bootstrap_servers": kafka.bootstrap,
+                "topic": topic, "key": "id", "partitions": 2, "open_timeout_s": timeout_s,
+                "marker_topic": f"{topic}-markers", "create_topic": True}  # fmt: skip
+
+    pipeline, ledger = f"kdeep{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger")
+    batch0 = BatchInfo(pipeline, 0, "q", batch_timestamp_ms=int(time.time() * 1000))
+    with pytest.raises(BatchFailedError):  # the driver "dies" before the ledger mark
+        FanOut(pipeline, MarkLost(ledger, "old"), [sink("old", 6)],
+               retries=0).process(spark.range(0, 4), batch0)  # fmt: skip
+    real = renamed_module.tail_writers
+
+    def slow(*args: Any, **kwargs: Any) -> dict[str, int] | None:
+        found = real(*args, **kwargs)
+        time.sleep(min(args[6], 6) + 0.2)  # the time it was given, up to 6 s, gone
+        return found
+
+    monkeypatch.setattr(renamed_module, "tail_writers", slow)
+
+    def run(timeout_s: float) -> BatchFailedError:
+        renamed = FanOut(pipeline, ledger, [sink("new", timeout_s)], retries=0)
+        try:
+            with pytest.raises(BatchFailedError) as caught:
+                renamed.process(spark.range(0, 4), batch0)
+        finally:
+            renamed.close()
+        return caught.value
+
+    error = run(6).failures["new"]
+    assert type(error) is TransientSinkError
+    assert "within its open_timeout_s=6 s with an error worth trying again" in str(error)
+    assert "with the sink's open_timeout_s raised" in str(error)
+    again = run(20).failures["new"]  # raised, as printed
+    assert isinstance(again, RenamedSinkError)
+    assert f"topic '{topic}' holds batch 0 of sink 'old'" in str(again)
+    keys = sorted(int(r["key"]) for r in read_topic(kafka.bootstrap, topic, 4))
+    assert keys == [0, 1, 2, 3]  # written once, by 'old'
