@@ -503,12 +503,15 @@ class Spool:
             table = open_table(self.data_path, self.storage_options)
         table = self._ready_for(arrow.schema, table)
         changed = [] if table is None else changed_types(table, arrow.schema)
-        if changed:
+        unfilled = [] if table is None else unfilled_columns(table, arrow.schema)
+        if changed or unfilled:
             assert table is not None
             log.info(
                 "pipeline %s, batch %s: column(s) %s of the batch have another type than the "
-                "spool's table keeps for them: its rows are written with the batch's own types",
-                self.pipeline, info.batch_id, ", ".join(map(repr, changed)),
+                "spool's table keeps for them, or it may hold nulls in (or lacks) column(s) %s "
+                "the table keeps NOT NULL: its rows are written with the batch's own types",
+                self.pipeline, info.batch_id, ", ".join(map(repr, changed)) or "none",
+                ", ".join(map(repr, unfilled)) or "none",
                 extra=batch_fields(self.pipeline, info.batch_id),
             )  # fmt: skip
             return self._append_own_types(arrow, table, app_id, info.batch_id)
@@ -838,6 +841,19 @@ def changed_types(table: DeltaTable, schema: pa.Schema) -> list[str]:
         f.name
         for f in stored.fields
         if (known := kept.get(f.name.lower())) is not None and known != (f.name, f.type)
+    ]
+
+
+def unfilled_columns(table: DeltaTable, schema: pa.Schema) -> list[str]:
+    """The columns the spool's data table ``table`` keeps ``NOT NULL`` (the first batch
+    spooled had them non-nullable: a Spark column of a literal, ``range``, a rate source)
+    that ``schema`` (a batch's, as Arrow) lacks or lets hold nulls. delta-rs' append
+    checks the table's invariants: a batch without such a column (dropped from the query
+    since) was refused ("rows failed validation check"), so it could not be spooled and
+    the query stopped at it."""
+    given = {f.name.lower(): f.nullable for f in schema}
+    return [
+        f.name for f in table.schema().fields if not f.nullable and given.get(f.name.lower(), True)
     ]
 
 

@@ -154,12 +154,12 @@ def tail_writers(
     from confluent_kafka.admin import OffsetSpec
 
     deadline = time.monotonic() + timeout_s
-    found = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    found = admin.list_topics(topic, timeout=_left(deadline)).topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
         return {}
     wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in sorted(found.partitions)}
     answers = admin.list_offsets(wanted, isolation_level=IsolationLevel.READ_COMMITTED,
-                                 request_timeout=timeout_s)  # fmt: skip
+                                 request_timeout=_left(deadline))  # fmt: skip
     ends = {tp.partition: int(f.result().offset) for tp, f in answers.items()}
     ends = {p: end for p, end in ends.items() if end > 0}
     starts = {p: max(end - depth, 0) for p, end in ends.items()}
@@ -178,7 +178,7 @@ def tail_writers(
         ]  # fmt: skip
         if deeper and log_starts is None:  # the log starts: asked once, when going deeper
             earliest = {TopicPartition(topic, p): OffsetSpec.earliest() for p in deeper}
-            answers = admin.list_offsets(earliest, request_timeout=timeout_s)
+            answers = admin.list_offsets(earliest, request_timeout=_left(deadline))
             log_starts = {tp.partition: int(f.result().offset) for tp, f in answers.items()}
         log_starts = log_starts or {}
         starts = {
@@ -187,6 +187,12 @@ def tail_writers(
             if starts[p] > log_starts.get(p, 0)
         }
     return {}
+
+
+def _left(deadline: float) -> float:
+    """The seconds left until ``deadline`` (a request given none fails at once: at least
+    a millisecond)."""
+    return max(deadline - time.monotonic(), 0.001)
 
 
 def _read_round(

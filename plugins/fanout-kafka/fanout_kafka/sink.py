@@ -212,6 +212,7 @@ class KafkaSink(PartitionedSink):
         self._ledger: str | None = None  # the ledger as commands name it, set by open()
         self._derived_prefix = False  # transactional_id_prefix is the default (open())
         self._legacy_prefix: str | None = None  # the former default, to fence (open())
+        self._prefix_unchecked = True  # the recorded prefix not read yet (open())
         self._held_admin: dict[str, Any] | None = None  # open() to close()
         self._speculation: bool | None = None  # spark.speculation, at the first batch
         # (monotonic time, id) of the topic id's last commit in this open(): None before
@@ -245,6 +246,7 @@ class KafkaSink(PartitionedSink):
         self._dead = context.dead_letters
         self._topic_id_recorded = None
         self._spans = {}
+        self._prefix_unchecked = True
         self._check_options()
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
         if self.transactional_id_prefix is None or self._derived_prefix:
@@ -489,11 +491,17 @@ class KafkaSink(PartitionedSink):
         return self._topic_replaced(config, pipeline_scope(pipeline, epoch))
 
     def _markers_hold(
-        self, config: dict[str, Any], pipeline: str, epoch: int, batch_id: int, name: str
+        self,
+        config: dict[str, Any],
+        pipeline: str,
+        epoch: int,
+        batch_id: int,
+        name: str,
+        timeout_s: float = 60.0,
     ) -> bool | PartlyHeld | None:
         """What the partitions' markers say of the batch (:meth:`holds_batch`), and, when
         every partition holds it, whether the letters they named reached the dead-letter
-        target (:meth:`_letters_waiting`)."""
+        target (:meth:`_letters_waiting`); the markers read within ``timeout_s``."""
         from fanout.contract.batch import pipeline_scope
         from fanout_kafka.markers import marker_group, span_group
         from fanout_kafka.membership import held_partitions
@@ -505,6 +513,7 @@ class KafkaSink(PartitionedSink):
             lambda p: marker_group(scope, name, p),
             batch_id,
             self.partitions,
+            timeout_s,
             span_group=span_group(scope, name),
         )
         if committed is None:  # a later batch committed: this one did, whole
@@ -671,10 +680,57 @@ class KafkaSink(PartitionedSink):
         if self._legacy_prefix is not None:
             fence_legacy_transactions(settings, self._legacy_prefix, span, batch.batch_id)
             self._legacy_prefix = None  # once per open()
+        if self._prefix_unchecked:
+            self._fence_former_prefix(settings, span, batch.batch_id)
+            self._prefix_unchecked = False  # once per open()
         if self._unsettled and self._end_turns is not None:
             end_abandoned_transactions(settings, span, batch.batch_id)
         self._unsettled = True  # until every partition of this attempt reports
         return read_committed(settings, batch.batch_id, span)
+
+    def _fence_former_prefix(self, settings: WriterSettings, span: int, batch_id: int) -> None:
+        """Fence the ids of the prefix the sink last recorded in its scope when it is not
+        the one it uses now (``transactional_id_prefix`` changed since), and record this
+        one (:mod:`fanout_kafka.former_ids`): one offset read, one record read when one
+        was recorded, one record and one commit when it changed; once per ``open()``.
+
+        :raises fanout.TransientSinkError: when the record cannot be read or written.
+        """
+        from confluent_kafka import KafkaException
+
+        from fanout_kafka.former_ids import record_prefix, recorded_prefix
+        from fanout_kafka.renamed import read_error_is_unauthorized
+
+        try:
+            former = recorded_prefix(settings, self.open_timeout_s)
+            if former is not None and former != settings.transactional_id_prefix:
+                log.info(
+                    "sink %r: transactional_id_prefix was %r in the last run (now %r): its "
+                    "ids fenced before the markers are read", self.name, former,
+                    settings.transactional_id_prefix,
+                )  # fmt: skip
+                fence_legacy_transactions(settings, former, span, batch_id)
+            if former != settings.transactional_id_prefix:
+                record_prefix(settings, self.open_timeout_s)
+        except (KafkaException, TimeoutError) as exc:
+            error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+            if error is not None and hasattr(error, "code") and read_error_is_unauthorized(error):
+                # rights the sink needs nowhere else (a record on the marker topic): warned,
+                # as before this check; refusing would stop every run's first batch
+                log.warning(
+                    "sink %r: cannot read or record its transactional_id_prefix on marker "
+                    "topic %r (%s): a prefix changed between a crash and its replay is not "
+                    "fenced; grant the sink's principal READ and WRITE on that topic, or "
+                    "change the prefix only after a clean stop", self.name,
+                    settings.marker_topic, redact(str(exc), self.secret_values()),
+                )  # fmt: skip
+                return
+            raise TransientSinkError(
+                f"cannot read or record the sink's transactional_id_prefix on marker topic "
+                f"{settings.marker_topic!r} (read before the markers): "
+                f"{redact(str(exc), self.secret_values())}",
+                sink=self.name, batch_id=batch_id,
+            ) from exc  # fmt: skip
 
     def _partition_span(self, settings: WriterSettings, partitions: int, batch_id: int) -> int:
         """The partitions whose markers the driver reads (and whose transactional ids it
@@ -742,9 +798,12 @@ class KafkaSink(PartitionedSink):
         since_ms = None if info is None else info.batch_timestamp_ms
         exclude = {*self._vanished_unasked, self.name}
         started = time.monotonic()
+        deadline = started + self.open_timeout_s  # the whole read's: rounds, tries, markers
+        spent = ""  # what used part of the deadline before a read again: refused if cut short
         while True:
             writers, held, unread = self._read_tail(config, topic, pipeline, epoch, batch_id,
-                                                    exclude, since_ms)  # fmt: skip
+                                                    exclude, since_ms, deadline,
+                                                    spent=spent)  # fmt: skip
             if writers is None:
                 log.warning(
                     "sink %r, batch %d: cannot tell whether topic %r holds this batch written "
@@ -764,6 +823,10 @@ class KafkaSink(PartitionedSink):
             # names whose markers do not hold the batch: read again past them, for one
             # buried under their records that does
             exclude |= set(writers)
+            spent = (
+                f"reading past sink(s) {', '.join(map(repr, sorted(writers)))} first (their "
+                f"records at the topic's end, their markers not holding the batch)"
+            )
         log.debug("sink %r, batch %d: the topic's end read for a vanished sink's records in "
                   "%.1f ms", self.name, batch_id, 1000 * (time.monotonic() - started))  # fmt: skip
         self._vanished_unasked = ()
@@ -777,15 +840,23 @@ class KafkaSink(PartitionedSink):
         batch_id: int,
         exclude: set[str],
         since_ms: int | None,
+        deadline: float,
+        *,
+        spent: str = "",
     ) -> tuple[dict[str, int] | None, dict[str, bool | PartlyHeld | None], str]:
         """:func:`fanout_kafka.renamed.tail_writers` and, for each name it finds, whether
         that name's markers in the scope hold batch ``batch_id``; a failure tried again,
         up to :data:`~fanout_kafka.renamed.READ_ATTEMPTS` times, when its error may pass.
-        Names ``None``: cannot tell, and why (the read not ended within
-        ``open_timeout_s``, or its rights refused:
-        :func:`fanout_kafka.renamed.read_error_is_unauthorized`).
+        Every try, its pauses and the markers' reads end by ``deadline`` (``time.monotonic``:
+        the first write's ``open_timeout_s``, for the whole read). Names ``None``: cannot
+        tell, and why (the read not ended by ``deadline``, or its rights refused:
+        :func:`fanout_kafka.renamed.read_error_is_unauthorized`). But a read not ended by
+        ``deadline`` after part of the time went elsewhere (``spent``: a name read past
+        before, by the caller; a try that failed, here) is refused, not "cannot tell": a
+        read given the whole time may have found the batch (:meth:`_cut_short`).
 
-        :raises fanout.TransientSinkError: when it still fails after those attempts.
+        :raises fanout.TransientSinkError: when it still fails after those attempts, or
+            when ``deadline`` passes with it failing, or after ``spent``.
         :raises fanout.SinkWriteError: at once, when its error cannot pass.
         """
         from confluent_kafka import KafkaException
@@ -798,22 +869,30 @@ class KafkaSink(PartitionedSink):
             tail_writers,
         )
 
+        unread = (
+            f"the topic's records since the batch's planning not all read within its "
+            f"open_timeout_s={self.open_timeout_s:g} s: raise it to read them"
+        )
         attempt = 0
         while True:
             attempt += 1
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if spent:
+                    raise self._cut_short(batch_id, topic, spent)
+                return None, {}, unread
             try:
                 writers = tail_writers(
                     ADMINS.client(config), config, topic, pipeline, exclude, batch_id,
-                    self.open_timeout_s, since_ms=since_ms,
+                    left, since_ms=since_ms,
                 )  # fmt: skip
+                if writers is None and spent:
+                    raise self._cut_short(batch_id, topic, spent)
                 held = {
-                    other: self._markers_hold(config, pipeline, epoch, batch_id, other)
+                    other: self._markers_hold(config, pipeline, epoch, batch_id, other,
+                                              max(deadline - time.monotonic(), 0.001))
                     for other in sorted(writers or {})
-                }
-                unread = (
-                    f"the topic's records since the batch's planning not all read within its "
-                    f"open_timeout_s={self.open_timeout_s:g} s: raise it to read them"
-                )
+                }  # fmt: skip
                 return writers, held, unread
             except (KafkaException, TimeoutError) as exc:
                 error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
@@ -826,15 +905,34 @@ class KafkaSink(PartitionedSink):
                         f"or rename a sink only once `fanout status` shows its last batch "
                         f"marked"
                     )  # fmt: skip
-                if transient and attempt < READ_ATTEMPTS:
+                pause = RETRY_PAUSE_S * attempt
+                if transient and attempt < READ_ATTEMPTS and time.monotonic() + pause < deadline:
                     log.info(
                         "sink %r, batch %d: reading the end of topic %r failed (attempt %d of "
                         "%d), trying again: %s", self.name, batch_id, topic, attempt,
                         READ_ATTEMPTS, redact(str(exc), self.secret_values()),
                     )  # fmt: skip
-                    time.sleep(RETRY_PAUSE_S * attempt)
+                    time.sleep(pause)
+                    spent = f"a try that failed with an error worth trying again ({error})"
                     continue
                 raise self._unread_tail(batch_id, topic, exc, transient, attempt) from exc
+
+    def _cut_short(self, batch_id: int, topic: str, spent: str) -> TransientSinkError:
+        """The refusal of batch ``batch_id``'s first write when the read of the end of
+        ``topic`` ran out of ``open_timeout_s`` after part of it went to ``spent``: a read
+        given the whole time (before the shared deadline, each got its own) may have found
+        the old name's batch, so writing would risk it twice. Transient: a restart reads
+        again with the whole time."""
+        return TransientSinkError(
+            f"cannot write batch {batch_id}, this sink's first write to topic {topic!r} in "
+            f"the epoch: the read of the topic's end for its records of a sink the pipeline "
+            f"no longer configures (one renamed after it committed the batch and before its "
+            f"ledger mark) did not end within its open_timeout_s={self.open_timeout_s:g} s "
+            f"after {redact(spent, self.secret_values())}. Not written, so as not to write "
+            f"such a batch twice: the run fails; restart it (the read starts again with the "
+            f"whole time), or raise the sink's open_timeout_s",
+            sink=self.name, batch_id=batch_id,
+        )  # fmt: skip
 
     def _unread_tail(
         self, batch_id: int, topic: str, exc: BaseException, transient: bool, attempts: int
@@ -845,8 +943,11 @@ class KafkaSink(PartitionedSink):
         failure), else at once (:class:`fanout.SinkWriteError`)."""
         said = redact(str(exc), self.secret_values())
         why = (
-            f"failed {attempts} times with an error worth trying again ({said}): the run "
-            "fails; restart it once the brokers answer"
+            f"failed {'once' if attempts == 1 else f'{attempts} times'} within its "
+            f"open_timeout_s={self.open_timeout_s:g} s with an error worth trying again "
+            f"({said}): the run "
+            "fails; restart it once the brokers answer (if they answer and the read used its "
+            "time up, a deep topic's, with the sink's open_timeout_s raised)"
             if transient
             else f"failed ({said}), an error trying again does not clear: fix it (the "
             "topic, its partitions, the sink's rights to read it) and restart"

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from fanout_kafka import KafkaSink
+from fanout_kafka import KafkaSink, former_ids
 from fanout_kafka import sink as sink_module
 
 import fanout.partitioned.sink as kit
@@ -29,14 +29,21 @@ class Markers:
         self.calls: list[str] = []
         self.checked: list[list[int]] = []
         self.spans: list[int] = []
+        self.prefixes: list[str] = []  # the recorded prefix's reads: once per open()
         monkeypatch.setattr(sink_module, "end_abandoned_transactions", self.end)
         monkeypatch.setattr(sink_module, "read_committed", self.read)
         monkeypatch.setattr(sink_module, "record_span", self.span)
+        # the prefix recorded is the one in use: nothing to fence, nothing recorded
+        monkeypatch.setattr(former_ids, "recorded_prefix", self.prefix)
         monkeypatch.setattr(kit, "check_committed", self.check)
 
     def span(self, config: Any, settings: Any, partitions: int, first: Any = None) -> int:
         self.spans.append(partitions)  # recorded once per open() and scope, not per read
         return partitions
+
+    def prefix(self, settings: Any, timeout_s: float) -> str:
+        self.prefixes.append(str(settings.transactional_id_prefix))
+        return self.prefixes[-1]
 
     def end(self, settings: Any, partitions: int, batch_id: int) -> None:
         self.calls.append(f"end {batch_id}")
@@ -91,6 +98,7 @@ def test_a_read_is_never_used_for_another_attempt_or_batch(
     assert markers.calls == [*reads, "end 4", "read 4", *reads]
     assert markers.checked == [[2], [1], [4], [5], [6]]
     assert markers.spans == [2]  # one scope, one open(): recorded once
+    assert markers.prefixes == ["fanout/pipe/events"]  # read once per open(), not per batch
 
 
 def test_a_write_failing_before_its_read_leaves_nothing_for_the_next(
