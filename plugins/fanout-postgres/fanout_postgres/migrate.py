@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fanout.errors import ConfigurationError, shell_word
+from fanout_postgres.identifiers import quote
 from fanout_postgres.options import dotted_schema
 
 if TYPE_CHECKING:
@@ -261,6 +262,40 @@ def upgrade(
 
 def _quoted(connection: Connection, name: str) -> str:
     return str(connection.dialect.identifier_preparer.quote(name))
+
+
+def state_schema_problem(connection: Connection, schema: str, *, creates: bool) -> str | None:
+    """Why the connection's role cannot keep fanout's tables in ``schema``, with the GRANT
+    that lets it, or ``None``: the schema exists and the role may not use it, or it is
+    missing and ``creates`` (option ``migrate``) while the role may not create schemas in
+    the database. Without this check ``fanout validate`` called such a sink valid and
+    ``fanout run`` failed to open it with PostgreSQL's "permission denied" alone."""
+    from sqlalchemy import text
+
+    role, database, present, usable, creatable = connection.execute(
+        text(
+            "SELECT current_user, current_database(), n.oid IS NOT NULL, "
+            "n.oid IS NOT NULL AND has_schema_privilege(n.oid, 'USAGE'), "
+            "has_database_privilege(current_database(), 'CREATE') "
+            "FROM (SELECT to_regnamespace(quote_ident(:schema)) AS oid) AS n"
+        ),
+        {"schema": schema},
+    ).one()
+    if present and not usable:
+        return (
+            f"role {role!r} may not use schema {schema!r}, which holds fanout's state tables "
+            f"(option state_schema); grant it (GRANT USAGE ON SCHEMA {quote(schema)} TO "
+            f"{quote(role)}; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "
+            f"{quote(schema)} TO {quote(role)}), or name a schema it owns in state_schema"
+        )
+    if not present and creates and not creatable:
+        return (
+            f"role {role!r} may not create schema {schema!r} for fanout's state tables "
+            f"(option state_schema) in database {database!r}; grant it (GRANT CREATE ON "
+            f"DATABASE {quote(database)} TO {quote(role)}), or create the schema for it "
+            f"(CREATE SCHEMA {quote(schema)} AUTHORIZATION {quote(role)})"
+        )
+    return None
 
 
 def migration_problem(

@@ -1,0 +1,91 @@
+"""A role that may not keep fanout's state tables (option ``state_schema``) is refused at
+``open()``, by ``fanout validate`` too, naming the role, the schema and the GRANT that lets
+it; running that GRANT as printed is enough for the sink to open. Before, ``fanout
+validate`` called such a sink valid and ``fanout run`` failed with PostgreSQL's
+"permission denied for schema fanout" alone."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+from fanout_postgres import PostgresSink
+from pgcheck import execute
+from sqlalchemy.engine import make_url
+
+from fanout.contract.sink import SinkContext
+from fanout.errors import ConfigurationError, SinkUnreachableError
+
+
+def _role(pg_url: str) -> tuple[str, str]:
+    """A new login role with no rights but the default ones, and the url logging in as it."""
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    execute(pg_url, f"CREATE ROLE {role} LOGIN", "CREATE TABLE orders (id bigint PRIMARY KEY)")
+    execute(pg_url, f"GRANT SELECT, INSERT, UPDATE, DELETE ON orders TO {role}")
+    url = make_url(pg_url).set(username=role).render_as_string(hide_password=False)
+    return role, url
+
+
+def _open(url: str, *, checking: bool) -> None:
+    sink = PostgresSink("pg", url=url, table="orders")
+    try:
+        sink.open(SinkContext("p", checking=checking))
+    finally:
+        sink.close()
+
+
+def _refusal(url: str, *, checking: bool) -> str:
+    with pytest.raises(ConfigurationError) as caught:
+        _open(url, checking=checking)
+    assert not isinstance(caught.value, SinkUnreachableError)
+    return str(caught.value)
+
+
+def _printed_statements(message: str) -> list[str]:
+    """The statements in the message's "grant it (...)" or "create the schema for it (...)",
+    run as printed."""
+    found = re.search(r"\((GRANT [^)]*|CREATE SCHEMA [^)]*)\)", message)
+    assert found is not None, message
+    return [s.strip() for s in found.group(1).split(";")]
+
+
+@pytest.mark.parametrize("checking", [True, False])
+def test_a_state_schema_the_role_may_not_use_is_refused_with_the_grant(
+    pg_url: str, checking: bool
+) -> None:
+    role, url = _role(pg_url)
+    _open(pg_url, checking=False)  # the owner migrates: schema fanout, not granted
+    message = _refusal(url, checking=checking)
+    assert message == (
+        f"postgres sink 'pg' (table orders): role '{role}' may not use schema 'fanout', "
+        "which holds fanout's state tables (option state_schema); grant it (GRANT USAGE ON "
+        f"SCHEMA fanout TO {role}; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN "
+        f"SCHEMA fanout TO {role}), or name a schema it owns in state_schema"
+    )
+    execute(pg_url, *_printed_statements(message))
+    _open(url, checking=checking)
+
+
+@pytest.mark.parametrize("checking", [True, False])
+def test_a_state_schema_the_role_may_not_create_is_refused_with_the_grant(
+    pg_url: str, checking: bool
+) -> None:
+    role, url = _role(pg_url)
+    database = make_url(pg_url).database
+    message = _refusal(url, checking=checking)
+    assert message == (
+        f"postgres sink 'pg' (table orders): role '{role}' may not create schema 'fanout' for "
+        f"fanout's state tables (option state_schema) in database '{database}'; grant it "
+        f"(GRANT CREATE ON DATABASE {database} TO {role}), or create the schema for it "
+        f"(CREATE SCHEMA fanout AUTHORIZATION {role})"
+    )
+    execute(pg_url, *_printed_statements(message))  # the GRANT, the first way printed
+    _open(url, checking=checking)
+    execute(
+        pg_url,
+        "DROP SCHEMA IF EXISTS fanout CASCADE",
+        f"REVOKE CREATE ON DATABASE {database} FROM {role}",
+    )
+    execute(pg_url, _printed_statements(message.split("or create the schema")[1])[0])
+    _open(url, checking=checking)  # the second way: the schema created for it
