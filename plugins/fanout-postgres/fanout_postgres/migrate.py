@@ -215,12 +215,17 @@ def prepare_schema(connection: Connection, schema: str) -> None:
 
 
 def upgrade(
-    target: Any, *, schema: str = DEFAULT_SCHEMA, revision: str = "head"
+    target: Any,
+    *,
+    schema: str = DEFAULT_SCHEMA,
+    revision: str = "head",
+    named: str = "option state_schema",
 ) -> MigrationResult:
     """Bring fanout's tables in ``schema`` up to ``revision``; a no-op when already there.
 
     :param target: a SQLAlchemy URL (string or ``URL``) or an ``Engine``.
     :param schema: the schema holding fanout's tables (created when missing).
+    :param named: how a refusal names the schema's setting (``--schema`` for the command).
     :raises ConfigurationError: when SQLAlchemy or Alembic is not installed.
     """
     try:
@@ -246,6 +251,9 @@ def upgrade(
     engine = target if isinstance(target, Engine) else create_engine(target, poolclass=NullPool)
     try:
         with engine.connect() as conn, conn.begin():
+            problem = state_schema_problem(conn, schema, creates=True, named=named)
+            if problem is not None:
+                raise ConfigurationError(problem)
             prepare_schema(conn, schema)  # serialises concurrent upgrades until COMMIT
             before = current_revision(conn, schema)
             ahead = ahead_of_code(before, schema)
@@ -264,12 +272,15 @@ def _quoted(connection: Connection, name: str) -> str:
     return str(connection.dialect.identifier_preparer.quote(name))
 
 
-def state_schema_problem(connection: Connection, schema: str, *, creates: bool) -> str | None:
+def state_schema_problem(
+    connection: Connection, schema: str, *, creates: bool, named: str = "option state_schema"
+) -> str | None:
     """Why the connection's role cannot keep fanout's tables in ``schema``, with the GRANT
     that lets it, or ``None``: the schema exists and the role may not use it, or it is
     missing and ``creates`` (option ``migrate``) while the role may not create schemas in
-    the database. Without this check ``fanout validate`` called such a sink valid and
-    ``fanout run`` failed to open it with PostgreSQL's "permission denied" alone."""
+    the database. ``named``: how the message names the schema's setting. Without this
+    check ``fanout validate`` called such a sink valid, and ``fanout run`` and ``fanout
+    migrate`` failed with PostgreSQL's "permission denied" alone."""
     from sqlalchemy import text
 
     role, database, present, usable, creatable = connection.execute(
@@ -284,14 +295,14 @@ def state_schema_problem(connection: Connection, schema: str, *, creates: bool) 
     if present and not usable:
         return (
             f"role {role!r} may not use schema {schema!r}, which holds fanout's state tables "
-            f"(option state_schema); grant it (GRANT USAGE ON SCHEMA {quote(schema)} TO "
+            f"({named}); grant it (GRANT USAGE ON SCHEMA {quote(schema)} TO "
             f"{quote(role)}; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "
-            f"{quote(schema)} TO {quote(role)}), or name a schema it owns in state_schema"
+            f"{quote(schema)} TO {quote(role)}), or name a schema it owns in {named}"
         )
     if not present and creates and not creatable:
         return (
             f"role {role!r} may not create schema {schema!r} for fanout's state tables "
-            f"(option state_schema) in database {database!r}; grant it (GRANT CREATE ON "
+            f"({named}) in database {database!r}; grant it (GRANT CREATE ON "
             f"DATABASE {quote(database)} TO {quote(role)}), or create the schema for it "
             f"(CREATE SCHEMA {quote(schema)} AUTHORIZATION {quote(role)})"
         )

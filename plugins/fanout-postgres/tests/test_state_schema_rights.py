@@ -61,7 +61,7 @@ def test_a_state_schema_the_role_may_not_use_is_refused_with_the_grant(
         f"postgres sink 'pg' (table orders): role '{role}' may not use schema 'fanout', "
         "which holds fanout's state tables (option state_schema); grant it (GRANT USAGE ON "
         f"SCHEMA fanout TO {role}; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN "
-        f"SCHEMA fanout TO {role}), or name a schema it owns in state_schema"
+        f"SCHEMA fanout TO {role}), or name a schema it owns in option state_schema"
     )
     execute(pg_url, *_printed_statements(message))
     _open(url, checking=checking)
@@ -89,3 +89,48 @@ def test_a_state_schema_the_role_may_not_create_is_refused_with_the_grant(
     )
     execute(pg_url, _printed_statements(message.split("or create the schema")[1])[0])
     _open(url, checking=checking)  # the second way: the schema created for it
+
+
+def test_fanout_migrate_says_which_grant_or_url_part_to_fix_and_exits_by_cause(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fanout migrate`` ended with a bare driver error on several lines, SQLAlchemy's
+    "Background on this error" link included, and exit 1 for every cause: a refused login
+    or a missing GRANT is a configuration error (exit 2) saying what to fix; a server out of
+    reach stays exit 1, saying to check the host and port and run it again."""
+    from fanout.app.cli import main
+
+    role, url = _role(pg_url)
+    _open(pg_url, checking=False)  # schema fanout, the owner's
+    assert main(["migrate", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"fanout: configuration error: role '{role}' may not use schema 'fanout', which holds "
+        "fanout's state tables (--schema); grant it (GRANT USAGE ON SCHEMA fanout TO "
+        f"{role}; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA fanout TO "
+        f"{role}), or name a schema it owns in --schema\n"
+    )
+    execute(pg_url, *_printed_statements(err))
+    assert main(["migrate", "--url", url]) == 0
+    assert "already at" in capsys.readouterr().out
+
+    stranger = make_url(url).set(username="no_such_role", password="s3cret-pw")
+    assert main(["migrate", "--url", stranger.render_as_string(hide_password=False)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "fanout: configuration error: migrating postgresql+psycopg2://no_such_role:***@"
+    )
+    assert err.endswith(
+        'FATAL:  role "no_such_role" does not exist; the server refused the connection: check '
+        "the user, password and database in --url, and the server's pg_hba.conf\n"
+    )
+    assert "s3cret-pw" not in err and "Background on this error" not in err
+
+    assert main(["migrate", "--url", "postgresql://app:s3cret-pw@127.0.0.1:1/shop"]) == 1
+    assert capsys.readouterr().err == (
+        "fanout: FanoutError: migrating postgresql+psycopg2://app:***@127.0.0.1:1/shop failed: "
+        'OperationalError: (psycopg2.OperationalError) connection to server at "127.0.0.1", '
+        "port 1 failed: Connection refused Is the server running on that host and accepting "
+        "TCP/IP connections?; check the host and port in --url, and that the server runs and "
+        "accepts connections from this machine, then run the command again\n"
+    )
