@@ -11,9 +11,17 @@ import json
 import os
 from pathlib import Path
 
-from fanout import Batch, ConfigurationError, FanOut, Sink, SinkContext, SinkResult, hookimpl
-from fanout.contract.options import SinkOption
-from fanout.contract.sink import Reads
+from fanout import (
+    Batch,
+    ConfigurationError,
+    FanOut,
+    Reads,
+    Sink,
+    SinkContext,
+    SinkOption,
+    SinkResult,
+    hookimpl,
+)
 
 
 class JsonLinesSink(Sink):

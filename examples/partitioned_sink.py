@@ -61,13 +61,14 @@ class PartitionedFilesSink(PartitionedSink):
         super().open(context)  # the kit keeps the per-partition commit hooks
         if not self.directory:
             raise ConfigurationError(f"sink {self.name!r}: option 'directory' is required")
-        Path(self.directory).mkdir(parents=True, exist_ok=True)
 
     def partitioned_by(self) -> list[str]:
         return [self.key]  # the kit hashes by it, and refuses it when not deterministic
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> FileWriter:
         assert plan is not None  # membership is kept: committed partitions are skipped
+        # created at the first write, not in open() (README, 'Reference: the sink contract')
+        Path(self.directory).mkdir(parents=True, exist_ok=True)
         return FileWriter(self.directory, batch.idempotency_key.token, plan, route_mark(batch))
 
     def committed_partitions(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fanout.contract.batch import Batch, BatchInfo, IdempotencyKey
+from fanout.contract.batch import Batch, BatchInfo, IdempotencyKey, txn_app_id
 from fanout.contract.options import SinkOption
 from fanout.contract.partitions import StableColumns
-from fanout.contract.sink import Guarantee, PartlyHeld, Sink, SinkContext, SinkResult
+from fanout.contract.sink import Guarantee, PartlyHeld, Reads, Sink, SinkContext, SinkResult
 from fanout.errors import (
     BackfillError,
     BatchFailedError,
@@ -88,6 +88,7 @@ __all__ = [
     "PartlyHeld",
     "PluginError",
     "PluginLoadError",
+    "Reads",
     "RenamedSinkError",
     "RouteError",
     "SchemaMismatchError",
@@ -112,4 +113,5 @@ __all__ = [
     "__version__",
     "hookimpl",
     "is_stop_refusal",
+    "txn_app_id",
 ]

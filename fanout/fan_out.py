@@ -99,7 +99,7 @@ from fanout.steps.lag_steps import (
     warn_given_up,
     warn_left_out,
 )
-from fanout.steps.lost_target import refuse_lost_targets
+from fanout.steps.lost_target import earlier_marks, refuse_lost_targets
 from fanout.steps.owners import Held
 from fanout.steps.owners import claim as claim_sinks
 from fanout.steps.owners import release as release_sinks
@@ -982,9 +982,8 @@ class FanOut:
     def _check_targets(self, state: BatchState) -> None:
         """Once per run, before its first batch writes: refuse it when a sink's target no
         longer holds its last marked batch (:mod:`fanout.steps.lost_target`)."""
-        if not self._targets_checked:
-            if state.marks is not None:  # a new epoch has no marks to check
-                self._refuse_lost(state.info.epoch, state.marks)
+        if not self._targets_checked:  # a new epoch has no marks: each sink's earlier ones
+            self._refuse_lost(state.info.epoch, state.marks or {})
             self._targets_checked = True
         if not self._renamed_checked:  # not by a catch-up's check before the first batch
             if state.marks is not None:  # before it reads which sinks are open
@@ -1100,12 +1099,23 @@ class FanOut:
     def _lost_targets(
         self, sinks: Mapping[str, Sink], epoch: int, marks: Mapping[str, int | None]
     ) -> dict[str, TargetLostError]:
+        """The lost-target check of ``sinks`` about their ``marks`` of ``epoch``; a sink
+        with no mark there (a checkpoint reset's new epoch, or a sink lagging since before
+        it) about its last mark of the newest epoch before that holds one
+        (:func:`fanout.steps.lost_target.earlier_marks`)."""
         timeouts = {n: t for n in sinks if (t := write_timeout(self.specs[n])) is not None}
         lags = [n for n in sinks if self.specs[n].lag.lags]
-        return refuse_lost_targets(
+        lost = refuse_lost_targets(
             self.pipeline, epoch, self.ledger, sinks, marks,
             self._accept_lost, timeouts, self.pipeline_file, lags,
         )  # fmt: skip
+        unmarked = [n for n in sinks if marks.get(n) is None]
+        for before, found in earlier_marks(self.ledger, self.pipeline, unmarked, epoch):
+            lost |= refuse_lost_targets(
+                self.pipeline, before, self.ledger, {n: sinks[n] for n in found}, found,
+                self._accept_lost, timeouts, self.pipeline_file, lags,
+            )  # fmt: skip
+        return lost
 
     def _lose(self, lost: Mapping[str, TargetLostError]) -> None:
         for name, error in lost.items():

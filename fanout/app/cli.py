@@ -310,12 +310,15 @@ def cmd_recover(args: argparse.Namespace) -> int:
                 asked = replace(asked, unrecorded=str(exc))
         if lost:
             recovery = facts([*committed, *lost])
-    print(_masked_text(render(recovery, recorded=not args.no_record, asked=asked)))
     if args.no_record:
+        print(_masked_text(render(recovery, recorded=False, asked=asked)))
         if recovery.furthest_behind is not None:
             print(NOT_RECORDED)
         return 0
-    recorded = record(ledger, recovery, target.config)
+    # recorded before it is printed: the report says whether it is recorded, and a command
+    # killed between the two must not have shown offsets to start from that nothing checks
+    recorded, written = record(ledger, recovery, target.config)
+    print(_masked_text(render(recovery, asked=asked, unwritten=not written)))
     if recorded is not None:
         print(_masked_text(recorded))
     return 0

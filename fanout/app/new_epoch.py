@@ -61,6 +61,14 @@ def check_new_epoch(config: PipelineConfig, path: str) -> str:
     owner = owners.get(epoch)
     if query is not None and query == owner:
         _refuse_rolled_back(ledger, config, path, epoch, query)
+        if ledger.high_water(config.name, epoch) is None:
+            # the run that started the epoch died in its first batch: "not reset" misled
+            raise ConfigurationError(
+                f"--new-epoch: epoch {epoch} of pipeline {config.name!r} was started with the "
+                f"checkpoint at {config.checkpoint} (query {query}) by a run that stopped "
+                "before any sink marked a batch of it (killed, or failed): there is no other "
+                f"epoch to start; {without}, it continues epoch {epoch} from its first batch"
+            )
         raise ConfigurationError(
             f"--new-epoch: the checkpoint at {config.checkpoint} is the one epoch {epoch} of "
             f"pipeline {config.name!r} belongs to (query {query}): it was not reset, so there "

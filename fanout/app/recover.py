@@ -302,6 +302,14 @@ NOT_RECORDED = (
     "reset, stop every query and run this again without --no-record."
 )
 
+STOP_FIRST_UNWRITTEN = (
+    "Stop every query of this pipeline before you act on this, then run it again: a batch "
+    "a query still running commits after this report is not counted in it, and a new "
+    "checkpoint started here would write that batch's rows again (the ledger could not "
+    "record the report, as the last line says, so a new epoch started from it is not "
+    "checked for that)."
+)
+
 STOP_FIRST_UNRECORDED = (
     "Stop every query of this pipeline before you act on this, then run it again without "
     "--no-record: a batch a query still running commits after this report is not counted "
@@ -331,15 +339,19 @@ def recorded_text(number: int, epoch: int, config: str | None) -> str:
     return RECORDED.format(number=number, epoch=epoch, way=way)
 
 
-def record(ledger: DeltaLedger, recovery: Recovery, config: str | None = None) -> str | None:
+def record(
+    ledger: DeltaLedger, recovery: Recovery, config: str | None = None
+) -> tuple[str | None, bool]:
     """Record ``recovery`` in ``ledger`` (:meth:`DeltaLedger.record_recovery`: what the
-    next epoch started from it checks) and say so (``None``: it counted no batch, nothing
-    to record; ``config``: the pipeline file, ``--config``, for the command it names). A
-    ledger that cannot be written (read-only credentials) leaves the report unrecorded:
-    the line says what that costs."""
+    next epoch started from it checks), and the line saying so (``None``: it counted no
+    batch, nothing to record; ``config``: the pipeline file, ``--config``, for the command
+    it names) with whether the ledger holds the report. A ledger that cannot be written
+    (read-only credentials) leaves the report unrecorded (``False``): the line says what
+    that costs, and the report is rendered with ``unwritten`` so it does not say it is
+    recorded."""
     behind = recovery.furthest_behind
     if behind is None:
-        return None
+        return None, True
     counted = {s: e for s, e in recovery.latest.items() if e.epoch == behind.epoch}
     try:
         report = ledger.record_recovery(behind, counted)
@@ -347,8 +359,8 @@ def record(ledger: DeltaLedger, recovery: Recovery, config: str | None = None) -
         return (
             f"Not recorded in the ledger ({exc}): a new epoch started from these offsets "
             "cannot check that no batch was committed after this report."
-        )
-    return recorded_text(report.number, report.epoch, config)
+        ), False
+    return recorded_text(report.number, report.epoch, config), True
 
 
 NOT_IN_FILE = (
@@ -384,15 +396,23 @@ LOST_UNRECORDABLE = (
 )
 
 
-def render(recovery: Recovery, *, recorded: bool = True, asked: Asked | None = None) -> str:
+def render(
+    recovery: Recovery,
+    *,
+    recorded: bool = True,
+    asked: Asked | None = None,
+    unwritten: bool = False,
+) -> str:
     """The text ``fanout recover`` prints (``recorded``: the report is recorded in the
     ledger; ``--no-record``: it is not, and the text says what is then not checked;
-    ``asked``: the sinks' answers about the batch after their marks, with ``--config``)."""
+    ``asked``: the sinks' answers about the batch after their marks, with ``--config``;
+    ``unwritten``: the ledger refused the report, which the line after the text says)."""
     partly = [] if asked is None else [h for h in asked.held if h.part is not None]
     unknown = [] if asked is None else [a for a in asked.answers if a.holds is None]
     lines = _facts(recovery, _asked_lines(recovery, asked, recorded), partly, unknown)
     if recovery.latest:
-        lines.append(STOP_FIRST if recorded else STOP_FIRST_UNRECORDED)
+        stop = STOP_FIRST_UNWRITTEN if unwritten else STOP_FIRST
+        lines.append(stop if recorded else STOP_FIRST_UNRECORDED)
     if recovery.spool is None and recovery.sinks is None:  # --config: the file has no spool
         lines.append(NO_SPOOL)
     if recovery.sinks is None:

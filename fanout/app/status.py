@@ -54,7 +54,8 @@ class KeptBatches:
         return (
             f"{sink}: {len(self.batches)} batch(es) / {self.rows} row(s) of epoch {self.epoch} "
             f"({batch_ranges(list(self.batches))}) kept in the spool after a `fanout ledger "
-            f"skip` without --spool, neither written nor released: release them with "
+            f"skip` without --spool (or one with --release-spooled stopped before it released "
+            f"them), neither written nor released: release them with "
             f"`{self.release}`"
         )
 

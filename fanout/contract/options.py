@@ -100,9 +100,15 @@ def declaration_problems(sink_class: SinkClass) -> list[str]:
     declared = [option.name for option in entries]
     taken = constructor_options(sink_class)
     if missing := [n for n in taken if n not in declared]:
-        problems.append(f"options not declared: {', '.join(missing)}")
+        problems.append(
+            f"options not declared: {', '.join(missing)} (add a SinkOption for each keyword "
+            "of __init__, or drop it from __init__)"
+        )
     if unknown := [n for n in declared if n not in taken]:
-        problems.append(f"declared but not taken by __init__: {', '.join(unknown)}")
+        problems.append(
+            f"declared but not taken by __init__: {', '.join(unknown)} (add each as a keyword "
+            "of __init__, or drop its SinkOption)"
+        )
     if len(set(declared)) != len(declared):
         problems.append("an option is declared twice")
     return problems

@@ -387,7 +387,9 @@ class Sink:
         """Whether the target holds batch ``batch_id`` of ``epoch`` by the sink's own
         records (the idempotency records :meth:`write` keeps for
         :attr:`Batch.idempotency_key` of that batch: ``txn_app_id(pipeline, self.name,
-        epoch)`` at version ``batch_id``, :func:`fanout.contract.batch.txn_app_id`; a
+        epoch)`` at version ``batch_id``, :func:`fanout.txn_app_id`; records named by
+        :attr:`Batch.idempotency_key`'s ``token`` look up ``fanout.IdempotencyKey(
+        txn_app_id(pipeline, self.name, epoch), batch_id).token``; a
         record of the same batch id in another epoch is another batch), whatever the
         ledger says: all of it, part of it, or none.
 
@@ -401,8 +403,11 @@ class Sink:
         replaced epoch still open to writes in flight: a held batch refuses the start with
         nothing fenced) and again after them (the answer that counts). One read of the
         sink's records each time; never called on the per-batch path. Also once per run, at
-        its first batch, for the sink's last mark ``m`` of the current epoch (and, when that
-        says ``False``, its last mark that wrote rows): ``False`` there refuses the run with
+        its first batch, for the sink's last mark ``m`` of the current epoch, or, with no
+        mark there (the first run after a checkpoint reset, a sink lagging across one), of
+        the newest earlier epoch that holds one, so it must answer from its records of that
+        ``epoch`` (and, when that says ``False``, its last mark that wrote rows): ``False``
+        there refuses the run with
         :class:`fanout.TargetLostError` (the target was deleted or replaced since), so
         records kept beside the target (a progress table, consumer groups) that outlive it
         must not answer alone for a target that is missing (``False``); whether the target
@@ -416,7 +421,11 @@ class Sink:
         replay of the batch skip the partitions that never committed), or all of them but
         the rows they refused are not (known to be) in the dead-letter target the sink
         writes them to after its commits (``letters``: the replay writes them); ``False``: none
-        (also when the target was never created);
+        (also when the target was never created, and, for a sink writing a batch as several
+        files then a commit record, when the files are there without the record: an attempt
+        that never committed, whose files its replay must replace (files named by the
+        batch's ``token`` are); ``True`` would record a mark for
+        rows no reader of committed data sees);
         ``None`` (the default): the sink cannot tell. A sink that cannot tell the whole
         from a part answers :class:`PartlyHeld` with ``partitions=None``. Raise nothing for
         "cannot tell": an exception is logged and counted as ``None``."""
@@ -661,6 +670,18 @@ def undeclared_guarantees_hint(sink_class: type[Sink]) -> str:
         '("transactional",)) on the class; fanout.testing\'s conformance kit checks it '
         "(README, 'Writing a sink plugin')"
     )
+
+
+FENCE_LEFT = (
+    "If that new epoch's start was refused, or killed before the ledger recorded it, and "
+    "this checkpoint must complete the batch, its fence was not lifted (a refused start "
+    "lifts it when it can, a killed one cannot; to go on with the new epoch instead, "
+    "start its new checkpoint again as that start was made, `fanout run` with "
+    '--new-epoch or on_checkpoint_reset="new_epoch": it fences again and starts it): '
+)
+"""A fencing sink's refusal of the replaced epoch's write, before :func:`lift_by_hand`:
+when the fence is left (a start refused, or killed between its fences and its start row)
+and the ways on, said alike by every sink that fences."""
 
 
 def lift_by_hand(pipeline: str, epoch: int | str, then: str) -> str:

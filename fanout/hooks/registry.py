@@ -175,6 +175,7 @@ class Registry:
     manager: pluggy.PluginManager
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
     load_errors: list[PluginLoadError] = field(default_factory=list)
+    _warned_none: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
 
     def raise_load_errors(self) -> None:
         """Raise the first plugin import error, if any (others are logged)."""
@@ -186,8 +187,15 @@ class Registry:
     def sink_types(self) -> dict[str, SinkType]:
         """Every sink type of every plugin; two plugins claiming one name is an error."""
         types: dict[str, SinkType] = {}
-        for info, provided in self._provided("fanout_sink_types"):
-            for type_name, sink_class in cast("Mapping[str, Any]", provided).items():
+        for info, provided in self._provided("fanout_sink_types", warn_none=True):
+            if not isinstance(provided, Mapping):
+                raise PluginError(
+                    f"plugin {info.describe()}: fanout_sink_types returned "
+                    f"{type(provided).__name__} {_short(provided)}, not a dict: return "
+                    '{"<type name>": YourSink} (a fanout.Sink subclass, or a '
+                    '"package.module:ClassName" reference), {} for no type'
+                )
+            for type_name, sink_class in provided.items():
                 if isinstance(sink_class, str):
                     _check_reference(info, type_name, sink_class)  # imported when used
                 else:
@@ -250,11 +258,17 @@ class Registry:
                 )
         return {name: service for name, (service, _) in services.items()}
 
-    def _provided(self, hook_name: str) -> Iterator[tuple[PluginInfo, Any]]:
+    def _provided(
+        self, hook_name: str, *, warn_none: bool = False
+    ) -> Iterator[tuple[PluginInfo, Any]]:
         """Each plugin's answer to a registration hook, with the plugin that gave it, in
         registration order. Registration hooks are asked plugin by plugin (not through one
         pluggy call) so that a raising plugin and two plugins claiming one name are named;
-        wrappers of these hooks are therefore not called."""
+        wrappers of these hooks are therefore not called. An answer of ``None`` is no answer,
+        as in pluggy (a plugin registering nothing when its optional driver is missing);
+        with ``warn_none`` it is logged once per registry, naming the plugin, since a hook
+        function without its ``return`` otherwise leaves only a later ``unknown sink
+        type``."""
         for impl in getattr(self.manager.hook, hook_name).get_hookimpls():
             if impl.wrapper or impl.hookwrapper:
                 continue  # wraps a pluggy call, which registration hooks do not make
@@ -265,6 +279,15 @@ class Registry:
                 provided = impl.function()
             except Exception as exc:
                 raise PluginLoadError(info.name, info.distribution, exc) from exc
+            if provided is None and warn_none and (info.name, hook_name) not in self._warned_none:
+                self._warned_none.add((info.name, hook_name))
+                log.warning(
+                    "plugin %s: %s returned None, so it registers nothing (no return "
+                    "statement?): return what it registers, or {} to register nothing "
+                    "without this warning",
+                    info.describe(),
+                    hook_name,
+                )
             if provided:
                 yield info, provided
 
@@ -406,11 +429,18 @@ def _import_reference(info: PluginInfo, type_name: str, reference: str) -> Any:
     return found
 
 
+def _short(value: object) -> str:
+    """A value as an error quotes it: its repr, cut to a line."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
 def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None:
     if not (isinstance(sink_class, type) and issubclass(sink_class, Sink)):
         raise PluginError(
             f"plugin {info.describe()}: sink type {type_name!r} is {sink_class!r}, "
-            "not a subclass of fanout.Sink"
+            "not a subclass of fanout.Sink: return the class itself, declared as `class "
+            'YourSink(fanout.Sink)`, or a "package.module:ClassName" reference to it'
         )
     if not isinstance(inspect.getattr_static(sink_class, "guarantee"), property):
         raise PluginError(

@@ -87,7 +87,9 @@ def fanout_sink_types() -> Mapping[str, type[Sink] | str]:
 
     :return: a mapping of type names to :class:`fanout.Sink` subclasses or references to
         them. Every plugin's mapping is used; two plugins returning the same type name is
-        an error naming both.
+        an error naming both. ``{}`` registers nothing; ``None`` does too, as in pluggy,
+        with a warning naming the plugin (a missing ``return``?); anything else is a
+        :class:`fanout.errors.PluginError`.
     """
     raise NotImplementedError  # a specification: pluggy never calls this body
 

@@ -61,24 +61,35 @@ class SinkWriter:
     ``stop()`` did not wait out, a restarted query's, a notebook's re-run cell's) takes
     ``lock`` to write the sink, so two writes of one batch never run at once (a sink that
     checks "already written?" and then writes is not safe with them: docs/architecture.md
-    §14.4, "One writer of a sink per process"). ``writing``: the batch being written now;
-    ``last``: the catch-up that wrote the sink last (another's marks are read again)."""
+    §14.4, "One writer of a sink per process"). ``writing``: the batch being written now,
+    since ``since`` (``time.monotonic()``); ``last``: the catch-up that wrote the sink last
+    (another's marks are read again)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.writing: BatchKey | None = None
+        self.since = 0.0
         self.last: object | None = None
 
 
-_writers: dict[tuple[str, str, str], SinkWriter] = {}
+_writers: weakref.WeakValueDictionary[tuple[str, str, str], SinkWriter] = (
+    weakref.WeakValueDictionary()
+)
+"""Held weakly: every :class:`CatchUp` of the sink holds its writer, and a write holding
+the lock runs in one of them (its thread's, or a drain's caller's), so an entry goes only
+once no catch-up could write the sink (a long-lived process creating pipelines by generated
+names would otherwise keep one per sink it ever caught up)."""
 
 
 def sink_writer(pipeline: str, ledger: str, sink: str) -> SinkWriter:
     """The process's :class:`SinkWriter` of ``sink`` in ``pipeline`` with the ledger
-    ``ledger`` (:func:`fanout.ledger.entry.ledger_key`: one ledger however spelled; kept
-    for the process: a lock and two fields per sink)."""
+    ``ledger`` (:func:`fanout.ledger.entry.ledger_key`: one ledger however spelled), while
+    a :class:`CatchUp` holds it (:data:`_writers`)."""
     with _current_lock:
-        return _writers.setdefault((pipeline, ledger, sink), SinkWriter())
+        writer = _writers.get((pipeline, ledger, sink))
+        if writer is None:
+            writer = _writers[(pipeline, ledger, sink)] = SinkWriter()
+        return writer
 
 
 class CatchUp:
@@ -166,15 +177,16 @@ class CatchUp:
         with _current_lock:
             previous = _current.get(key)
             _current[key] = self
-        if previous is None or previous is self or previous._stop.is_set():
-            return
-        log.warning(
-            "pipeline %s: a FanOut of this pipeline (ledger %s) was not closed; stopping its "
-            "catch-up: the new FanOut's catch-up takes over",
-            self.lagging.pipeline,
-            self.ledger_location,
-        )
-        previous.stop()
+        if previous is not None and previous is not self and not previous._stop.is_set():
+            log.warning(
+                "pipeline %s: a FanOut of this pipeline (ledger %s) was not closed; stopping "
+                "its catch-up: the new FanOut's catch-up takes over",
+                self.lagging.pipeline,
+                self.ledger_location,
+            )
+            previous.stop()
+        for sink in self.lagging.sinks:  # said now, at the start, not at the first wait
+            self._tell_waiting(sink)
 
     def wake(self) -> None:
         """A batch was spooled or a sink fell behind: look again now."""
@@ -354,7 +366,9 @@ class CatchUp:
                 return None
         if self._stop.is_set() and threading.current_thread() is self._runner:
             return None  # the thread, stopped: close() may be closing the sink now
-        writer.writing, writer.last = backlog.keys[0], self._token
+        # ``last`` first: a drain reads them unlocked (_tell_waiting), and ``writing`` set
+        # while ``last`` still names no catch-up or an earlier one is another's write
+        writer.last, writer.since, writer.writing = self._token, time.monotonic(), backlog.keys[0]
         try:
             error = self.write(sink, backlog.keys[0], live=live, wait=wait)
         finally:
@@ -381,20 +395,34 @@ class CatchUp:
 
     def _tell_waiting(self, sink: str) -> None:
         """Say once per (sink, batch) that ``sink`` waits for another catch-up's write of
-        it in this process (an earlier ``FanOut``'s, whose ``stop()`` did not wait it out)."""
+        it in this process (an earlier ``FanOut``'s, whose ``stop()`` did not wait it out):
+        at :meth:`take_over` (the new ``FanOut``'s start), else at the first wait for it.
+        What it blocks, and, for a sink without ``write_timeout_s`` (whose write may never
+        return: Python cannot stop a thread), how to bound it and how to free the sink."""
         writer = self._writers[sink]
-        key = writer.writing
+        key, since = writer.writing, writer.since
         if key is None or writer.last is self._token:
             return  # between two writes, or this catch-up's own write (the thread's)
         with _current_lock:
             if (sink, key) in self._told_waiting:
                 return
             self._told_waiting.add((sink, key))
+        timeout = write_timeout(self.specs[sink])
+        way = (
+            f"it is abandoned at the sink's write_timeout_s={timeout:g} s"
+            if timeout is not None
+            else "the sink has no write_timeout_s, so a write that never returns holds it "
+            "for the life of this process (a thread cannot be stopped): to free it, end "
+            "this process (the next run catches the sink up); to bound such a write, "
+            f"set write_timeout_s on sink {sink!r}"
+        )
         log.warning(
-            "pipeline %s, batch %s, sink %s: not caught up yet: an earlier catch-up of the "
-            "pipeline in this process (a FanOut closed while it wrote) is still writing the "
-            "sink's batch %s (epoch %s); waiting for it to end, never writing beside it",
-            self.lagging.pipeline, key[1], sink, key[1], key[0],
+            "pipeline %s, batch %s, sink %s: an earlier FanOut of the pipeline in this process "
+            "(closed or replaced while its catch-up wrote) is still writing batch %s (epoch "
+            "%s) to the sink, for %.0f s now: this FanOut never writes the sink beside it, "
+            "so it catches the sink up only once that write ends, and a live batch that "
+            "brings the sink to its max_lag waits for it; %s",
+            self.lagging.pipeline, key[1], sink, key[1], key[0], time.monotonic() - since, way,
             extra=batch_fields(self.lagging.pipeline, key[1], sink),
         )  # fmt: skip
 

@@ -140,7 +140,8 @@ def warn_given_up(
         ids = [b.batch_id for b in batches]
         log.warning(
             "pipeline %s: sink %r was recorded as never getting batch(es) %s of epoch %s by "
-            "`fanout ledger skip` without --spool, but the spool at %s still holds them "
+            "`fanout ledger skip` without --spool (or one with --release-spooled stopped before "
+            "it released them), but the spool at %s still holds them "
             "(%s row(s)): they are kept, neither written to the sink (its mark is past them) "
             "nor released. If the sink must get them, read their rows from the spool's Delta "
             "table %s (where %s = %r, %s = %s and %s in those batch ids; a batch two drivers "

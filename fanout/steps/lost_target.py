@@ -6,9 +6,11 @@ and created again empty (``create_table``, ``create_topic``, the Delta sink's ow
 loses those batches silently: the ledger and ``fanout status`` still count them, and the
 run writes on. So before a run writes anything, each open sink with a mark in the current
 epoch is asked :meth:`fanout.Sink.holds_batch` about that mark, once per run (never on the
-per-batch path), and a lagging sink that could not be opened at the start is asked once
-it is (before its first write). Unless that says ``False`` (or does not answer within the
-sink's ``write_timeout_s``), a sink implementing
+per-batch path), one with none there about its last mark of the newest earlier epoch that
+holds one (:func:`earlier_marks`: a checkpoint reset's first run), and a lagging sink
+that could not be opened at the start is asked once it is (before its first write).
+Unless that says ``False`` (or does not answer within the sink's ``write_timeout_s``), a
+sink implementing
 :meth:`fanout.Sink.target_replaced` is asked too, bounded the same way, whether its target
 is still the one the batch was written to: a reason counts as ``False`` (the refusal quotes
 it), no answer (``None``, raised, timed out: logged) leaves ``holds_batch``'s. A definite
@@ -26,7 +28,7 @@ that wrote rows (a scan of the epoch's marks, only on this path); a sink with no
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 
 from fanout.contract.sink import PartlyHeld, Sink
 from fanout.errors import TargetLostError, shell_word
@@ -46,6 +48,28 @@ log = logging.getLogger("fanout")
 
 TARGET_OPTIONS = ("path", "table", "topic")
 """The attributes naming a built-in sink's target, the first one set wins."""
+
+
+def earlier_marks(
+    ledger: Ledger, pipeline: str, sinks: Collection[str], epoch: int
+) -> Iterator[tuple[int, dict[str, int]]]:
+    """For ``sinks`` without a mark in ``epoch``: each epoch before it, newest first, with
+    the last mark of each of them whose newest mark it holds, until every one is found (one
+    ledger lookup per epoch walked; none for an empty ``sinks``). A checkpoint reset's new
+    epoch has no mark yet, nor has a sink lagging since before the reset: their target
+    holds their last mark of the replaced epoch or is lost, and asked only about the
+    current epoch's marks they were never asked (a dropped table was created again empty by
+    the new epoch's first write, or the catch-up's of the spooled batches, the loss silent:
+    docs/architecture.md §5)."""
+    left = set(sinks)
+    for before in range(epoch - 1, -1, -1):
+        if not left:
+            return
+        marks = ledger.last_committed(pipeline, sorted(left), before)
+        found = {name: mark for name, mark in marks.items() if mark is not None}
+        if found:
+            left -= set(found)
+            yield before, found
 
 
 def refuse_lost_targets(

@@ -50,8 +50,9 @@ The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry poin
 installed distribution (``pip install -e .`` of your plugin in the test environment), or,
 without installing it, through ``plugins``: the modules registering it (``fanout_sink_types``),
 each the module itself or its name, as ``FanOut(plugins=...)`` takes them; the kill check's
-driver imports them by name (a subprocess: give it the import path in
-``env={"PYTHONPATH": ...}`` unless the module is importable already).
+driver, a subprocess, imports them by name, with the directories this process imported
+them from added to its ``sys.path`` behind the standard library and ahead of
+site-packages (``env`` adds what else it needs).
 """
 
 from __future__ import annotations
@@ -72,8 +73,14 @@ from typing import Any, Literal
 import pytest
 
 from fanout.contract.batch import BatchInfo
-from fanout.contract.sink import PartlyHeld, Sink
-from fanout.errors import BatchFailedError, FanoutError, RouteError, SinkResultError
+from fanout.contract.sink import PartlyHeld, Sink, SinkContext
+from fanout.errors import (
+    BatchFailedError,
+    ConfigurationError,
+    FanoutError,
+    RouteError,
+    SinkResultError,
+)
 from fanout.fan_out import FanOut
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
@@ -106,7 +113,8 @@ class SinkUnderTest:
     :param plugins: the modules registering the sink type (``fanout_sink_types``), for a
         plugin that is not installed: each the module itself or its importable name, as
         ``FanOut(plugins=...)`` takes them (:func:`fanout.hooks.registry.plugin_object`);
-        given to ``FanOut(plugins=...)``, and by name to the kill check's driver.
+        given to ``FanOut(plugins=...)``, and by name to the kill check's driver (with the
+        directory each was imported from on its ``sys.path``, ahead of site-packages only).
     :param commits_in_pieces: whether an attempt commits the batch in pieces that a failure
         can leave behind (a partitioned sink: one transaction per Spark partition), so that
         a route changed between a partial attempt and its replay must be refused or its
@@ -117,6 +125,9 @@ class SinkUnderTest:
         script would (outside fanout: the same name and columns, e.g. ``DROP TABLE`` then
         ``CREATE TABLE``); ``None``: the re-created half of the
         :meth:`fanout.Sink.target_replaced` check is skipped.
+    :param drop: delete the target (no re-creation: a ``DROP TABLE``, a directory removed);
+        ``None``: the check that :meth:`fanout.Sink.holds_batch` answers ``False`` for a
+        deleted target (records kept beside it outlive it) is skipped.
     :param refused_value: a value of ``v`` the target refuses (the fixture sets the target up
         so, e.g. a ``CHECK`` constraint); ``None``: the check is skipped. With
         ``dead_letter``, such a row must go there once (not into the target), also when the
@@ -136,6 +147,7 @@ class SinkUnderTest:
     commits_in_pieces: bool | None = None
     refused_value: str | None = None
     recreate: Callable[[], None] | None = None
+    drop: Callable[[], None] | None = None
 
     def sink(self, **extra: Any) -> dict[str, Any]:
         """The configuration as ``FanOut(sinks=[...])`` takes it."""
@@ -183,9 +195,22 @@ class SinkConformance:
         fan_options: Mapping[str, Any] | None = None,
         **extra: Any,
     ) -> FanOut:
-        return FanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0, backoff_s=0,
-                      plugins=[*_modules(case.plugins), *observers],
-                      **dict(fan_options or {}))  # fmt: skip
+        try:
+            return FanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0, backoff_s=0,
+                          plugins=[*_modules(case.plugins), *observers],
+                          **dict(fan_options or {}))  # fmt: skip
+        except ConfigurationError:
+            if "dead_letter" in extra and "dead_letter" not in _options_of(case):
+                pytest.fail(
+                    f"SinkUnderTest(dead_letter=...) is given, but sink type "
+                    f"{case.config.get('type')!r} takes no dead_letter option (its options: "
+                    f"{', '.join(_options_of(case)) or 'none'}): declare one, "
+                    'SinkOption("dead_letter", "none", ...) and a keyword '
+                    "`dead_letter: str | None = None` stored as self.dead_letter (README, "
+                    "'Writing a sink plugin': Dead letters), or leave dead_letter out of "
+                    "SinkUnderTest to skip the dead-letter checks"
+                )
+            raise
 
     def _batch(self, spark: Any, rows: Sequence[tuple[Any, ...]], schema: str = SCHEMA) -> Any:
         return spark.createDataFrame(list(rows), schema)
@@ -219,7 +244,8 @@ class SinkConformance:
     ) -> None:
         spec = {"pipeline": self.pipeline, "ledger": str(tmp_path / "ledger"),
                 "sink": under_test.sink(), "rows": [[i, f"v{i}"] for i in range(8)],
-                "plugins": _module_names(under_test.plugins)}  # fmt: skip
+                "plugins": _module_names(under_test.plugins),
+                "paths": _import_roots(under_test.plugins)}  # fmt: skip
         env = {**os.environ, **under_test.env}
         killed = subprocess.run(
             [sys.executable, "-m", "fanout.testing.kill_driver", json.dumps(spec)],
@@ -282,6 +308,30 @@ class SinkConformance:
         if other is not None:
             never = "batch 0 of epoch 1, never written (only epoch 0's batch 0 was)"
             _assert_holds(other, False, never)
+
+    def test_holds_batch_of_a_deleted_target_is_false(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The optional :meth:`fanout.Sink.holds_batch` about a batch it wrote, once ``drop``
+        deleted the target: ``False`` (the run's lost-target check refuses only on
+        ``False``, with :class:`fanout.TargetLostError`; records kept beside the target
+        outlive it). Skipped without ``drop`` and for a sink that cannot tell."""
+        if under_test.drop is None:
+            pytest.skip("SinkUnderTest.drop not given: a deleted target not checked")
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        sink = fan.sinks[NAME]
+        fan.process(self._batch(spark, [(i, f"v{i}") for i in range(3)]), self._info(0))
+        if sink.holds_batch(self.pipeline, 0, 0) is None:
+            pytest.skip("the sink does not implement holds_batch (cannot tell)")
+        under_test.drop()
+        answer = sink.holds_batch(self.pipeline, 0, 0)
+        if answer is not False:
+            raise AssertionError(
+                f"holds_batch returned {answer!r} for batch 0 of epoch 0 after drop() deleted "
+                "the target it was written to, expected False: check that the target itself "
+                "is there before asking records kept beside it, which outlive it (the run's "
+                "lost-target check refuses with TargetLostError only on False)"
+            )
 
     def test_target_replaced_tells_a_target_created_again_empty(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
@@ -363,6 +413,50 @@ class SinkConformance:
         if stable is None:
             pytest.skip("the sink names no deterministic columns (deterministic_columns: None)")
         _assert_batch_columns(stable.columns, self._batch(spark, []).columns)
+
+    def test_a_read_only_check_creates_nothing(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """A sink type setting :attr:`fanout.Sink.read_only_check` promises that ``fanout
+        validate``'s ``open()`` (``context.checking``) and ``check_schema`` create, change
+        and remove nothing: the check opens it so, before its target exists and again after
+        a batch was written to it (``fanout validate`` of a running pipeline), and compares
+        the files under the test's ``tmp_path`` (where a local target of the fixture lives)
+        before and after each. A target elsewhere (a database server) it cannot see.
+        Skipped for a type without ``read_only_check`` (``fanout validate`` does not open
+        it)."""
+        from fanout.hooks.registry import load_registry
+
+        registry = load_registry(_modules(under_test.plugins))
+        sink = registry.build_sink(under_test.sink(), registry.sink_types())
+        if not type(sink).read_only_check:
+            pytest.skip("the sink does not set read_only_check (fanout validate does not open it)")
+        self._check_read_only(spark, sink, tmp_path, "before its target exists")
+        batch = self._batch(spark, [(1, "v1")])
+        self._fan(under_test, str(tmp_path / "ledger")).process(batch, self._info(0))
+        sink = registry.build_sink(under_test.sink(), registry.sink_types())
+        self._check_read_only(spark, sink, tmp_path, "after a batch was written")
+
+    def _check_read_only(self, spark: Any, sink: Sink, tmp_path: Path, when: str) -> None:
+        """Open ``sink`` as ``fanout validate`` does; fail naming what it touched."""
+        import pyarrow as pa
+
+        before = _files(tmp_path)
+        changes: list[str] = []
+        sink.open(SinkContext(self.pipeline, spark, None, checking=True, changes=changes))
+        try:
+            sink.check_schema(pa.schema([("id", pa.int64()), ("v", pa.string())]))
+        finally:
+            sink.close()
+        after = _files(tmp_path)
+        if touched := sorted(p for p in {*before, *after} if before.get(p) != after.get(p)):
+            pytest.fail(
+                f"open() with context.checking (fanout validate; the class sets "
+                f"read_only_check = True) or check_schema() {when} created, changed or "
+                f"removed {', '.join(touched)} under {tmp_path}: check without creating or "
+                "changing anything (create the target at the first write), and say what a "
+                "run would do with context.would(...)"
+            )
 
     def test_an_empty_batch_writes_nothing_and_is_marked(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
@@ -754,11 +848,44 @@ def _commits_in_pieces(case: SinkUnderTest, fan: FanOut) -> bool:
     return isinstance(fan.sinks[NAME], PartitionedSink)
 
 
+def _options_of(case: SinkUnderTest) -> list[str]:
+    """The options the case's sink type takes (``[]`` when its type does not resolve)."""
+    from fanout.hooks.registry import load_registry, option_names
+
+    types = load_registry(_modules(case.plugins)).sink_types()
+    sink_type = types.get(str(case.config.get("type")))
+    return [] if sink_type is None else option_names(sink_type.sink_class)
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root`` (relative) with its modification time and size (a rewrite
+    within the file system's timestamp tick mostly changes the size), and every directory
+    (``(0, 0)``: its time changes with its entries, which are compared themselves)."""
+    return {
+        str(p.relative_to(root)): (0, 0) if p.is_dir() else (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in root.rglob("*")
+    }
+
+
 def _modules(plugins: Sequence[ModuleType | str]) -> list[Any]:
     """The plugin modules, those given by name imported (as ``FanOut`` imports them)."""
     from fanout.hooks.registry import resolve_plugins
 
     return list(resolve_plugins(plugins))
+
+
+def _import_roots(plugins: Sequence[ModuleType | str]) -> list[str]:
+    """The directories the plugin modules were imported from (a module ``a.b`` at
+    ``/x/a/b.py``: ``/x``), so that another process imports them by name as this one did
+    (a ``sys.path`` entry a ``conftest.py`` added is not inherited)."""
+    roots = []
+    for module in _modules(plugins):
+        file = getattr(module, "__file__", None)
+        if not isinstance(module, ModuleType) or not file:
+            continue
+        path = Path(file).parent if Path(file).name == "__init__.py" else Path(file)
+        roots.append(str(path.parents[module.__name__.count(".")]))
+    return list(dict.fromkeys(roots))
 
 
 def _module_names(plugins: Sequence[ModuleType | str]) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 from fanout import (
     Batch,
     ConfigurationError,
+    IdempotencyKey,
     PartlyHeld,
     SchemaMismatchError,
     Sink,
@@ -28,6 +29,7 @@ from fanout import (
     SinkWriteError,
     StableColumns,
     hookimpl,
+    txn_app_id,
 )
 from fanout.contract.dead_letters import DeadLetter
 from fanout.contract.sink import Reads
@@ -323,6 +325,64 @@ class SecretLoggedEarly(SecretDeclared):
         logging.getLogger("fanout.kit_flawed").warning("built with token %s", token)
 
 
+class ChecksByCreating(TokenFiles):
+    """Sets read_only_check, yet its open() creates the directory under fanout validate too."""
+
+    read_only_check = True
+
+
+class ChecksReadOnly(TokenFiles):
+    """Sets read_only_check and keeps it: under context.checking it only says what it would."""
+
+    read_only_check = True
+
+    def open(self, context: SinkContext) -> None:
+        if context.checking:
+            context.would(f"create directory {self.directory}")
+        else:
+            super().open(context)
+
+
+class ChecksByRemovingItsLock(ChecksReadOnly):
+    """Keeps a lock file in its directory while it runs, and its open() removes a stale one,
+    under fanout validate too (validating a running pipeline took its writer's lock)."""
+
+    def open(self, context: SinkContext) -> None:
+        (Path(self.directory) / "_lock").unlink(missing_ok=True)
+        super().open(context)
+
+    def write(self, batch: Batch) -> SinkResult:
+        (Path(self.directory) / "_lock").touch()
+        return super().write(batch)
+
+
+class HoldsByToken(TokenFiles):
+    """Answers ``holds_batch`` by the batch's file, named by its idempotency token."""
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool:
+        token = IdempotencyKey(txn_app_id(pipeline, self.name, epoch), batch_id).token
+        return (Path(self.directory) / f"{token}.jsonl").exists()
+
+
+class RecordsOutliveTarget(HoldsByToken):
+    """Keeps its records in a directory beside the target and answers by them alone: a
+    deleted target still reads held."""
+
+    def records(self) -> Path:
+        """The directory of its records, beside the target's."""
+        return Path(f"{self.directory}.records")
+
+    def write(self, batch: Batch) -> SinkResult:
+        result = super().write(batch)
+        self.records().mkdir(exist_ok=True)
+        (self.records() / batch.idempotency_key.token).touch()
+        return result
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool:
+        token = IdempotencyKey(txn_app_id(pipeline, self.name, epoch), batch_id).token
+        return (self.records() / token).exists()
+
+
 def read_rows(directory: Path) -> list[dict[str, Any]]:
     """Every row of every file of ``directory``."""
     return [
@@ -350,4 +410,7 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "rewrite_claimed_harmless": RewriteClaimedHarmless,
             "stable_by_target_name": StableByTargetName, "secret_quoted": SecretQuoted,
             "secret_declared": SecretDeclared, "secret_logged": SecretLogged,
-            "secret_logged_early": SecretLoggedEarly}  # fmt: skip
+            "secret_logged_early": SecretLoggedEarly, "checks_by_creating": ChecksByCreating,
+            "checks_read_only": ChecksReadOnly,
+            "checks_by_removing_its_lock": ChecksByRemovingItsLock, "holds_by_token": HoldsByToken,
+            "records_outlive_target": RecordsOutliveTarget}  # fmt: skip

@@ -10,6 +10,7 @@ message it must fail it with; the tests after it check what does not fit that ta
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -67,6 +68,7 @@ class Catch:
     recreate: bool = False
     secret: bool = False
     dead_letter: bool = False
+    drop: bool = False
 
     def failure(self, spark: Any, tmp_path: Path, *extra: Any, **case: Any) -> str:
         """The text ``check`` fails the sink with (``extra``: the check's further fixtures;
@@ -84,6 +86,8 @@ class Catch:
                 out.mkdir()
 
             under_test.recreate = recreate
+        if self.drop:
+            under_test.drop = functools.partial(shutil.rmtree, tmp_path / "out")
         with pytest.raises(self.raises) as failed:
             self.check(suite, spark, under_test, tmp_path, *extra)
         return str(failed.value)
@@ -295,6 +299,53 @@ CATCHES = {
         case={"refused_value": "refused"},
         dead_letter=True,
     ),
+    # holds_batch by records kept beside the target, a deleted target still read held, so
+    # the run's lost-target check never fired: the kit never deleted a target
+    "a_holds_batch_answering_for_a_deleted_target_is_told_to_check_the_target": Catch(
+        "records_outlive_target",
+        SinkConformance.test_holds_batch_of_a_deleted_target_is_false,
+        "holds_batch returned True for batch 0 of epoch 0 after drop() deleted the target it "
+        "was written to, expected False: check that the target itself is there before "
+        "asking records kept beside it, which outlive it (the run's lost-target check "
+        "refuses with TargetLostError only on False)",
+        drop=True,
+    ),
+    # the kit never opened a sink as `fanout validate` does: one promising read_only_check
+    # whose open() created its target passed, and validate then created it
+    "a_read_only_check_that_creates_its_target_is_told_to_check_without_creating": Catch(
+        "checks_by_creating",
+        SinkConformance.test_a_read_only_check_creates_nothing,
+        "open() with context.checking (fanout validate; the class sets read_only_check = "
+        "True) or check_schema() before its target exists created, changed or removed out "
+        "under {tmp_path}: check without creating or changing anything (create the target "
+        "at the first write), and say what a run would do with context.would(...)",
+        raises=pytest.fail.Exception,
+    ),
+    # the check opened the sink only before its target existed: one whose open() removed
+    # (or rewrote) something of an existing target under fanout validate passed
+    "a_read_only_check_that_removes_a_file_of_a_written_target_is_told": Catch(
+        "checks_by_removing_its_lock",
+        SinkConformance.test_a_read_only_check_creates_nothing,
+        "open() with context.checking (fanout validate; the class sets read_only_check = "
+        "True) or check_schema() after a batch was written created, changed or removed "
+        "out/_lock under {tmp_path}: check without creating or changing anything (create "
+        "the target at the first write), and say what a run would do with "
+        "context.would(...)",
+        raises=pytest.fail.Exception,
+    ),
+    # a dead_letter for a type without that option was a bare "unexpected keyword argument"
+    # from building the sink, not saying that the kit's case asked for it
+    "a_dead_letter_for_a_type_without_the_option_is_told_to_declare_it": Catch(
+        "token_files",
+        SinkConformance.test_rows_failing_the_route_go_to_the_dead_letter_target,
+        "SinkUnderTest(dead_letter=...) is given, but sink type 'token_files' takes no "
+        "dead_letter option (its options: directory, columns): declare one, "
+        'SinkOption("dead_letter", "none", ...) and a keyword `dead_letter: str | None = '
+        "None` stored as self.dead_letter (README, 'Writing a sink plugin': Dead letters), or "
+        "leave dead_letter out of SinkUnderTest to skip the dead-letter checks",
+        raises=pytest.fail.Exception,
+        dead_letter=True,
+    ),
 }
 
 
@@ -303,7 +354,23 @@ def test_the_suite_fails_a_flawed_sink_saying_what_to_do(
     spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, catch: Catch
 ) -> None:
     message = catch.failure(spark, tmp_path, *([caplog] if catch.secret else []))
-    assert (message.splitlines()[0] if catch.first_line else message) == catch.message
+    expected = catch.message.replace("{tmp_path}", str(tmp_path))
+    assert (message.splitlines()[0] if catch.first_line else message) == expected
+
+
+def test_a_holds_batch_checking_its_target_passes_the_deleted_target_check(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("holds_by_token", tmp_path)
+    case.drop = functools.partial(shutil.rmtree, tmp_path / "out")
+    suite.test_holds_batch_of_a_deleted_target_is_false(spark, case, tmp_path)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_read_only_check_that_creates_nothing_passes(spark: Any, tmp_path: Path) -> None:
+    suite, case = _suite_and_case("checks_read_only", tmp_path)
+    suite.test_a_read_only_check_creates_nothing(spark, case, tmp_path)
+    assert case.ids() == [1]  # the batch written between the two read-only opens
 
 
 def test_the_new_epoch_check_passes_a_sink_keyed_by_its_idempotency_token(
@@ -407,3 +474,28 @@ def test_a_null_key_handed_to_the_dead_letter_target_passes_with_its_replay(
     assert [(json.loads(d["row"]), d["source"], d["reason"]) for d in letters] == [
         ({"id": None, "v": "no key"}, "refused", "refused")
     ]
+
+
+def test_the_kill_check_imports_a_plugin_from_where_the_test_imported_it(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin module a ``conftest.py`` put on ``sys.path`` (not installed, no ``env``): the
+    kill check's driver failed to import it (``ModuleNotFoundError`` in a subprocess's
+    traceback); it now gets the directory the module came from, behind the standard library
+    and ahead of site-packages: a ``json.py`` in that directory (a test folder's module
+    named like a stdlib one) crashed the driver when the directory led its PYTHONPATH."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "json.py").write_text('raise ImportError("the test folder\'s json.py")\n')
+    (src / "kit_tmp_only_plugin.py").write_text(
+        "from fanout import hookimpl\n"
+        "from tests.integration.kit_flawed_sinks import TokenFiles\n\n\n"
+        "@hookimpl\n"
+        "def fanout_sink_types():\n"
+        '    return {"tmp_token_files": TokenFiles}\n'
+    )
+    monkeypatch.syspath_prepend(str(src))
+    suite, case = _suite_and_case("tmp_token_files", tmp_path)
+    case.plugins = ["kit_tmp_only_plugin"]
+    suite.test_kill_between_write_and_mark(spark, case, tmp_path)
+    assert case.ids() == list(range(8))

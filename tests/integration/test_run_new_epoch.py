@@ -6,6 +6,8 @@ Delta ledger and sink."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -95,3 +97,109 @@ def test_new_epoch_is_accepted_for_one_run_only(
     assert "pipeline 'clicks': checkpoint reset detected." in out
     assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(9)}
     assert committed_marks(tmp_path / "ledger", "clicks") == {("bronze", 0): 2, ("bronze", 1): 1}
+
+
+def test_new_epoch_killed_after_its_start_row_goes_on_by_the_command_its_rerun_prints(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """``fanout run --new-epoch`` killed (SIGKILL) in its first batch right after the new
+    epoch's start row was committed, before any sink wrote: the epoch is there, owned by
+    the checkpoint's query, with no mark. The command run again says so, and the command
+    it prints (without the flag) writes the batch once, in the epoch the killed run
+    started."""
+    from tests.kill_at import KILLED, fanout_killed_at
+
+    config = tmp_path / "pipeline.toml"
+    config.write_text(bronze_pipeline(tmp_path))
+    write_input(tmp_path / "input", 1, 3)
+    assert _run(fanout_cli, str(config))[0] == 0
+    _new_checkpoint(tmp_path, 1)
+
+    cut = fanout_killed_at(
+        "fanout.ledger.delta:DeltaLedger.start_epoch", "after", 1, "run", str(config),
+        "--new-epoch",
+    )  # fmt: skip
+    assert cut.returncode == KILLED, cut.stderr[-3000:]
+    epochs = sorted(
+        (r["epoch"], r["batch_id"], r["status"]) for r in delta_rows(tmp_path / "ledger")
+    )
+    assert epochs == [(0, 0, "committed"), (0, 0, "epoch"), (1, 0, "epoch")]
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(3)}
+
+    code, out, err = _run(fanout_cli, str(config), "--new-epoch")
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        f"fanout: configuration error: --new-epoch: epoch 1 of pipeline 'clicks' was started "
+        f"with the checkpoint at {tmp_path}/checkpoint (query "
+    ), err
+    way = re.search(r"run `(fanout run [^`]*)`", err)
+    assert way is not None and "--new-epoch" not in way.group(1), err
+    assert err.endswith(
+        "by a run that stopped before any sink marked a batch of it (killed, or failed): "
+        f"there is no other epoch to start; run `fanout run {config}` without --new-epoch, "
+        "it continues epoch 1 from its first batch\n"
+    ), err
+
+    code, out, _ = _run(fanout_cli, *shlex.split(way.group(1))[2:])
+    assert code == 0, out
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(6)}
+    assert committed_marks(tmp_path / "ledger", "clicks") == {("bronze", 0): 2}
+    marks = sorted((r["epoch"], r["batch_id"]) for r in delta_rows(tmp_path / "ledger")
+                   if r["status"] == "committed")  # fmt: skip
+    assert marks == [(0, 0), (1, 0)]
+
+
+def test_new_epoch_killed_between_its_fences_and_its_start_row_names_both_ways_on(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """``fanout run --new-epoch`` killed after its sinks fenced epoch 0, before the ledger
+    recorded epoch 1: the old checkpoint restored is refused by the Delta sink's fence,
+    whose message said only "if that new epoch's start was refused" (a killed one is not)
+    and named a lift from Python alone. It now names the killed start too, and the way on
+    with the new checkpoint, which, run again with the flag as it says, starts epoch 1 and
+    writes its batch once."""
+    from tests.kill_at import KILLED, fanout_killed_at
+
+    config = tmp_path / "pipeline.toml"
+    config.write_text(bronze_pipeline(tmp_path))
+    write_input(tmp_path / "input", 1, 3)
+    assert _run(fanout_cli, str(config))[0] == 0
+    shutil.copytree(tmp_path / "checkpoint", tmp_path / "checkpoint-old")
+    _new_checkpoint(tmp_path, 1)
+
+    cut = fanout_killed_at(
+        "fanout.ledger.delta:DeltaLedger.start_epoch", "before", 1, "run", str(config),
+        "--new-epoch",
+    )  # fmt: skip
+    assert cut.returncode == KILLED, cut.stderr[-3000:]
+    assert sorted(
+        (r["epoch"], r["batch_id"], r["status"]) for r in delta_rows(tmp_path / "ledger")
+    ) == [(0, 0, "committed"), (0, 0, "epoch")]
+
+    # the old checkpoint restored: its batch 1 (ids 3-5) is refused by the fence
+    (tmp_path / "checkpoint").rename(tmp_path / "checkpoint-new")
+    (tmp_path / "checkpoint-old").rename(tmp_path / "checkpoint")
+    code, out, err = _run(fanout_cli, str(config))
+    assert code != 0
+    said = out + err
+    assert "closes this query's app transaction" in said, said[-3000:]
+    assert (
+        "If that new epoch's start was refused, or killed before the ledger recorded it, and "
+        "this checkpoint must complete the batch, its fence was not lifted"
+    ) in said, said[-3000:]
+    assert (
+        "to go on with the new epoch instead, start its new checkpoint again as that start "
+        'was made, `fanout run` with --new-epoch or on_checkpoint_reset="new_epoch": it '
+        "fences again and starts it)"
+    ) in said, said[-3000:]
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(3)}
+
+    # the way on with the new epoch, as said: the new checkpoint, run with --new-epoch
+    (tmp_path / "checkpoint").rename(tmp_path / "checkpoint-old")
+    (tmp_path / "checkpoint-new").rename(tmp_path / "checkpoint")
+    code, out, _ = _run(fanout_cli, str(config), "--new-epoch")
+    assert code == 0, out
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(6)}
+    marks = sorted((r["epoch"], r["batch_id"]) for r in delta_rows(tmp_path / "ledger")
+                   if r["status"] == "committed")  # fmt: skip
+    assert marks == [(0, 0), (1, 0)]

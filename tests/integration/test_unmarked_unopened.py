@@ -66,10 +66,11 @@ def _pg_ids(url: str) -> Counter[int]:
         return Counter(int(r[0]) for r in cur.fetchall())
 
 
-def test_a_lagging_sink_that_cannot_be_opened_is_asked_before_the_new_epoch_starts(
-    spark: Any, tmp_path: Path, server: tuple[Any, str]
-) -> None:
-    pg, url = server
+def _refused_start(
+    spark: Any, tmp_path: Path, pg: Any, url: str
+) -> tuple[FanOut, pytest.ExceptionInfo[UnmarkedBatchError]]:
+    """PostgreSQL wrote batch 1 and lost its mark, then is down when the new checkpoint
+    starts after batch 0: the new FanOut (to close) and its refused start."""
     pg.start()
     old = _fan(tmp_path, url, KillAfterPostgresWrote())
     try:
@@ -79,13 +80,51 @@ def test_a_lagging_sink_that_cannot_be_opened_is_asked_before_the_new_epoch_star
     finally:
         old.close()
     assert _pg_ids(url) == Counter(range(2 * ROWS))  # batch 1 in PostgreSQL, unmarked
-    pg.stop()  # PostgreSQL is down when the new checkpoint starts after batch 0
-
+    pg.stop()
     new = _fan(tmp_path, url, on_reset="new_epoch")
     try:
         assert new.unopened == ("pg",)
         with pytest.raises(UnmarkedBatchError) as refused:
             resets.run(new, spark, NEW, 0, ROWS)  # batch 1's rows again
+    except BaseException:
+        new.close()
+        raise
+    return new, refused
+
+
+def test_the_refusals_other_way_on_starts_the_epoch_without_the_sink(
+    spark: Any, tmp_path: Path, server: tuple[Any, str]
+) -> None:
+    """ "Or start it without the sink", as printed: the pipeline without ``pg`` starts epoch
+    1 (the lake gets batch 1's rows once), and ``pg`` gets nothing of it."""
+    pg, url = server
+    new, refused = _refused_start(spark, tmp_path, pg, url)
+    new.close()
+    assert str(refused.value).endswith(
+        "Or start it without the sink (it then gets nothing of epoch 1)."
+    )
+    lake = FanOut(
+        PIPELINE, str(tmp_path / "ledger"),
+        [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")}],
+        parallelism=1, retries=0, backoff_s=0, spool=str(tmp_path / "spool"),
+        on_checkpoint_reset="new_epoch",
+    )  # fmt: skip
+    try:
+        resets.run(lake, spark, NEW, 0, ROWS)
+    finally:
+        lake.close()
+    assert sorted(r["id"] for r in delta_rows(tmp_path / "lake")) == list(range(2 * ROWS))
+    assert resets.marks(tmp_path) == [(0, "lake", 0), (0, "pg", 0), (1, "lake", 0)]
+    pg.start()
+    assert _pg_ids(url) == Counter(range(2 * ROWS))
+
+
+def test_a_lagging_sink_that_cannot_be_opened_is_asked_before_the_new_epoch_starts(
+    spark: Any, tmp_path: Path, server: tuple[Any, str]
+) -> None:
+    pg, url = server
+    new, refused = _refused_start(spark, tmp_path, pg, url)
+    try:
         pg.start()
         new.final_catch_up()
     finally:

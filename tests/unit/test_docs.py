@@ -33,7 +33,7 @@ def test_every_hook_is_named_in_the_readme() -> None:
 
 def test_every_public_name_has_a_docstring() -> None:
     for name in fanout.__all__:
-        if name.startswith("__") or name == "Guarantee":
+        if name.startswith("__") or name in ("Guarantee", "Reads"):  # Literal aliases
             continue
         assert inspect.getdoc(getattr(fanout, name)), name
 
@@ -49,7 +49,12 @@ def test_readme_quick_start_has_exactly_two_commands() -> None:
 def test_what_a_sink_plugin_declares_is_in_the_facade() -> None:
     """A plugin declares its options (SinkOption) and an upsert's stable keys
     (StableColumns) from ``fanout`` itself, as the README's contract says."""
-    needed = {"Sink", "SinkContext", "SinkResult", "SinkOption", "StableColumns", "PartlyHeld"}
+    needed = {"Sink", "SinkContext", "SinkResult", "SinkOption", "StableColumns", "PartlyHeld",
+              "IdempotencyKey", "txn_app_id", "Reads"}  # fmt: skip
     assert needed - set(fanout.__all__) == set()
+    # holds_batch rebuilds a batch's key: IdempotencyKey(txn_app_id(...), batch_id)
+    from fanout.contract import batch, sink
+
+    assert (fanout.txn_app_id, fanout.Reads) == (batch.txn_app_id, sink.Reads)
     assert fanout.SinkOption.__module__ == "fanout.contract.options"
     assert fanout.StableColumns.__module__ == "fanout.contract.partitions"

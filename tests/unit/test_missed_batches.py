@@ -414,7 +414,8 @@ def test_a_skip_without_the_spool_keeps_the_batches_it_still_holds_and_names_the
     logged = readout(capsys).err.splitlines()  # main() logs to stderr from now on
     assert [line for line in logged if "without --spool" in line] == [
         "WARNING fanout: pipeline gap: sink 'down' was recorded as never getting batch(es) "
-        "1-2 of epoch 0 by `fanout ledger skip` without --spool, but the spool at "
+        "1-2 of epoch 0 by `fanout ledger skip` without --spool (or one with --release-spooled "
+        "stopped before it released them), but the spool at "
         f"{spool} still holds them "
         "(4 row(s)): they are kept, neither written to the sink (its mark is past them) nor "
         "released. If the sink must get them, read their rows from the spool's Delta table "
@@ -509,8 +510,8 @@ def test_status_names_the_batches_a_skip_without_the_spool_kept(
         "1 sink has failed attempts; `fanout status --wide` or `--json` shows the last error.",
         "",
         "pipeline gap, down: 2 batch(es) / 4 row(s) of epoch 0 (1-2) kept in the spool after a "
-        "`fanout ledger skip` without --spool, neither written nor released: release them with "
-        f"`{release}`",
+        "`fanout ledger skip` without --spool (or one with --release-spooled stopped before it "
+        f"released them), neither written nor released: release them with `{release}`",
         "",
     ]
     assert lines[9].startswith(f"spool {spool} (gap): 2 batch(es), 4 row(s), ")

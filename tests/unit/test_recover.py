@@ -392,3 +392,52 @@ def test_a_spool_index_an_older_version_wrote_without_party_is_read_alike(
     assert (status["pg"]["state"], status["pg"]["lag_batches"], status["pg"]["given_up"]) == (
         "lagging", 2, [],
     )  # fmt: skip
+
+
+def test_a_report_the_ledger_cannot_record_never_says_it_is_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger that refuses the write (read-only credentials): `recover` printed "the
+    report is recorded in the ledger, so a new epoch started from it is refused when ...",
+    then "Not recorded in the ledger (...)". Now the report says the ledger could not
+    record it, the line after says why; the offsets are printed; nothing is in the ledger."""
+    import deltalake
+
+    from fanout.app.recover import STOP_FIRST_UNWRITTEN
+    from fanout.delta_tables.io import transaction_version
+    from fanout.ledger.recovery import recovery_app_id
+
+    ledger = DeltaLedger(str(tmp_path / "ledger"))
+    ledger.open()
+    for sink, through in (("lake", 2), ("pg", 1)):
+        for batch in range(through + 1):
+            ledger.mark_committed(
+                LedgerEntry(
+                    "orders",
+                    sink,
+                    batch,
+                    "committed",
+                    query_id="q-old",
+                    source_offsets=json.dumps(_kafka(batch)),
+                )
+            )
+
+    def read_only(*_: Any, **__: Any) -> None:
+        raise OSError("Generic LocalFileSystem error: Permission denied (os error 13)")
+
+    monkeypatch.setattr(deltalake, "write_deltalake", read_only)
+    readout(capsys)
+    assert main(["recover", "--ledger", ledger.path, "--pipeline", "orders"]) == 0
+    out = readout(capsys).out.splitlines()
+    assert out[4:7] == [
+        "Source 0 (Kafka): start a new checkpoint with",
+        """  .option("startingOffsets", '{"orders": {"0": 200}}')""",
+        STOP_FIRST_UNWRITTEN,
+    ]
+    assert out[-1] == (
+        f"Not recorded in the ledger (cannot write to the ledger at {ledger.path}: Generic "
+        "LocalFileSystem error: Permission denied (os error 13)): a new epoch started from "
+        "these offsets cannot check that no batch was committed after this report."
+    )
+    assert not any("report is recorded" in line for line in out), out
+    assert transaction_version(deltalake.DeltaTable(ledger.path), recovery_app_id("orders")) is None

@@ -254,7 +254,9 @@ def test_class_not_subclassing_sink_is_a_plugin_error() -> None:
     with pytest.raises(PluginError) as info:
         registry.sink_types()
     assert str(info.value) == (
-        f"plugin fanout-bad 0.1: sink type 'bad' is {NotASink!r}, not a subclass of fanout.Sink"
+        f"plugin fanout-bad 0.1: sink type 'bad' is {NotASink!r}, not a subclass of fanout.Sink: "
+        "return the class itself, declared as `class YourSink(fanout.Sink)`, or a "
+        '"package.module:ClassName" reference to it'
     )
 
 
@@ -292,6 +294,50 @@ def test_guarantee_as_a_class_attribute_is_a_plugin_error() -> None:
     )
     with pytest.raises(PluginError, match=r"sets 'guarantee' as a class attribute; declare"):
         registry.sink_types()
+
+
+def test_sink_types_returned_as_a_list_names_the_plugin_and_what_to_return() -> None:
+    """A hook returning ``[YourSink]`` was an AttributeError traceback from the registry."""
+    module = types.ModuleType("fake_listy.plugin")
+
+    @fanout.hookimpl
+    def fanout_sink_types() -> list[type[Sink]]:
+        return [JsonlSink]
+
+    module.fanout_sink_types = fanout_sink_types  # type: ignore[attr-defined]
+    ep = FakeEntryPoint("listy", "fake_listy.plugin", FakeDist("fanout-listy", "0.1"), module)
+    with pytest.raises(PluginError) as raised:
+        load_registry(entry_points_=[ep]).sink_types()
+    assert str(raised.value) == (
+        f"plugin fanout-listy 0.1: fanout_sink_types returned list [{JsonlSink!r}], not a "
+        'dict: return {"<type name>": YourSink} (a fanout.Sink subclass, or a '
+        '"package.module:ClassName" reference), {} for no type'
+    )
+
+
+def test_sink_types_returning_none_registers_nothing_with_a_warning_naming_the_plugin(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``None`` is pluggy's "no answer": a plugin registering nothing when its optional
+    driver is missing must not stop every other plugin's types from loading (a refusal
+    broke every ``fanout`` command). A hook without its ``return`` is still named, once."""
+    module = types.ModuleType("fake_noreturn.plugin")
+
+    @fanout.hookimpl
+    def fanout_sink_types() -> None:
+        {"jsonl": JsonlSink}  # noqa: B018 - the missing return under test
+
+    module.fanout_sink_types = fanout_sink_types  # type: ignore[attr-defined]
+    ep = FakeEntryPoint("noreturn", "fake_noreturn.plugin", FakeDist("fanout-nr", "2"), module)
+    registry = load_registry(entry_points_=[ep, entry_point("jsonl", {"jsonl": JsonlSink})])
+    with caplog.at_level("WARNING", logger="fanout.hooks.registry"):
+        assert list(registry.sink_types()) == ["jsonl"]
+        assert list(registry.sink_types()) == ["jsonl"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "plugin fanout-nr 2: fanout_sink_types returned None, so it registers nothing (no "
+        "return statement?): return what it registers, or {} to register nothing without "
+        "this warning"
+    ]
 
 
 def test_hook_with_wrong_arguments_is_a_load_error() -> None:

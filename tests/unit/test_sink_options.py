@@ -70,8 +70,33 @@ def test_a_declaration_that_disagrees_with_the_constructor_is_a_plugin_error() -
     registry = load_registry([module], entry_points_=[])
     with pytest.raises(PluginError) as info:
         registry.sink_types()
-    assert "sink type 'declared'" in str(info.value)
-    assert "declared but not taken by __init__: colour" in str(info.value)
+    assert str(info.value) == (
+        "plugin module fake_declared: sink type 'declared': its `options` declaration is "
+        "wrong: declared but not taken by __init__: colour (add each as a keyword of "
+        "__init__, or drop its SinkOption)"
+    )
+
+
+class Undeclared(Sink):
+    """A sink whose constructor takes an option its declaration lacks."""
+
+    options = (SinkOption("directory", "required", "where"),)
+
+    def __init__(self, name: str, *, directory: str, size: int = 1) -> None:
+        super().__init__(name)
+        self.directory, self.size = directory, size
+
+    def write(self, batch: Any) -> int:
+        return 0
+
+
+def test_an_option_missing_from_the_declaration_is_refused_saying_what_to_add() -> None:
+    from fanout.contract.options import declaration_problems
+
+    assert declaration_problems(Undeclared) == [
+        "options not declared: size (add a SinkOption for each keyword of __init__, or drop "
+        "it from __init__)"
+    ]
 
 
 class DefaultAsValue(Sink):

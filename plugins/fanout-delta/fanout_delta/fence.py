@@ -29,7 +29,7 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from fanout.contract.sink import lift_by_hand, renamed_sink_advice
+from fanout.contract.sink import FENCE_LEFT, lift_by_hand, renamed_sink_advice
 from fanout.delta_tables import io as deltaio
 from fanout.errors import RenamedSinkError, SinkWriteError
 from fanout_delta.plans import FENCE_KEY
@@ -167,9 +167,8 @@ def fenced_error(
     return EpochFencedError(
         f"the Delta table {path} closes this query's app transaction {app_id!r} (epoch "
         f"{epoch}): a checkpoint reset started {later} of the pipeline, which writes this "
-        "batch again, so this query (of the replaced epoch) writes nothing. Stop it. If "
-        "that new epoch's start was refused and this checkpoint must complete the batch, "
-        "its fence was not lifted (the refused start lifts it when it can): "
+        "batch again, so this query (of the replaced epoch) writes nothing. Stop it. "
+        + FENCE_LEFT
         + lift_by_hand(repr(pipeline), epoch + 1, "restart this query."),
         sink=sink,
         batch_id=batch_id,

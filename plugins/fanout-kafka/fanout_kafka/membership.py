@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from fanout.contract.sink import lift_by_hand
+from fanout.contract.sink import FENCE_LEFT, lift_by_hand
 from fanout.errors import TransientSinkError
 from fanout.partitioned.membership import (
     CommittedPartition,
@@ -183,9 +183,8 @@ def refuse_fenced(
     raise EpochFencedError(
         f"the marker group(s) {', '.join(map(repr, fenced))} in topic {marker_topic!r} are "
         "closed: a checkpoint reset started a new epoch of the pipeline, which writes this "
-        "batch again, so this query (of the replaced epoch) writes nothing. If that new "
-        "epoch's start was refused and this checkpoint must complete the batch, its fence "
-        "was not lifted (the refused start lifts it when it can): "
+        "batch again, so this query (of the replaced epoch) writes nothing. "
+        + FENCE_LEFT
         + lift_by_hand(*(lift or ("<pipeline>", "<the refused epoch>")), "restart this query."),
         sink=sink,
         batch_id=batch_id,

@@ -125,7 +125,15 @@ OPTIONS = (
         "as written: in this option, and as the connections' effective value (`SHOW "
         "synchronous_commit`, set for the server, database or role) at `open()` and on "
         'each new write connection; `settings: {synchronous_commit: "on"}` overrides '
-        "such a default.",
+        "such a default. A `search_path` here is the write connections' only: a `table` or "
+        "`postgres:` dead-letter table named without a schema is resolved once, on the "
+        "driver, by the URL's search path (set it for every connection with "
+        "`?options=-csearch_path%3Dapp`, or name the schema), and written there, qualified. "
+        "Up to this version a `postgres:` dead-letter table was looked up by the partitions "
+        "under this `search_path`: created by the driver in `public`, not found there, and "
+        "every partition refusing a row failed at every attempt (or, with a table of that "
+        "name in its schema, wrote there); `open()` now logs a warning for each name this "
+        "`search_path` would resolve elsewhere than the URL's.",
     ),
     SinkOption(
         "connection_idle_s",

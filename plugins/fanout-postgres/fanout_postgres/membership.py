@@ -278,14 +278,15 @@ def moved_marks(
 def other_table_marks(
     conn: Any, state_schema: str, scope: str, sink: str, batch_id: int, table: str,
     same_name: bool = True, mode: str = "append",
-) -> tuple[MovedMarks | None, MovedMarks | None]:  # fmt: skip
+) -> tuple[MovedMarks | None, list[MovedMarks]]:  # fmt: skip
     """Append: the progress marks of one batch of one sink that record another OID than
     ``table``'s now (``None`` when it is missing), split by the name they record: those of
-    another name (the table moved: :func:`moved_marks`), then, with ``same_name``, those
-    of ``table``'s own name: the table renamed away, or dropped, and another created or
-    restored from a dump under its name since they committed (docs/architecture.md §8.2,
-    "A table replaced mid-batch"); each ``None`` when there are none. One query, asked on a
-    replay only (the batch has marks)."""
+    another name (the table moved: :func:`moved_marks`; the first such table, ``None``
+    when there are none), then, with ``same_name``, those of ``table``'s own name, one
+    :class:`MovedMarks` per OID they record, in partition order: the table renamed away,
+    or dropped, and another created or restored from a dump under its name since they
+    committed, once or more than once mid-batch (docs/architecture.md §8.2, "A table
+    replaced mid-batch"). One query, asked on a replay only (the batch has marks)."""
     import sqlalchemy as sa
 
     p = progress_table(state_schema) if mode == "append" else upsert_routes_table(state_schema)
@@ -298,10 +299,13 @@ def other_table_marks(
         where.append(p.c.target != table)
     query = sa.select(p.c.partition, p.c.target, p.c.target_oid, now).where(*where)
     rows = conn.execute(query.order_by(p.c.partition)).all()
-    return (
-        _marks_of([r for r in rows if r[1] != table]),
-        _marks_of([r for r in rows if r[1] == table]),
-    )
+    same = [r for r in rows if r[1] == table]
+    replaced: list[MovedMarks] = []
+    for oid in dict.fromkeys(r[2] for r in same):  # each OID once, in partition order
+        found = _marks_of([r for r in same if r[2] == oid])
+        assert found is not None  # the OID is one of theirs
+        replaced.append(found)
+    return _marks_of([r for r in rows if r[1] != table]), replaced
 
 
 def _marks_of(rows: Sequence[Any]) -> MovedMarks | None:
@@ -315,10 +319,10 @@ def _marks_of(rows: Sequence[Any]) -> MovedMarks | None:
 
 
 def repoint_marks_sql(
-    state_schema: str, scope: str, sink: str, batch_id: int, oid: int, now: int
+    state_schema: str, scope: str, sink: str, batch_id: int, oids: Sequence[int], now: int
 ) -> str:
-    """The ``UPDATE`` that makes the progress marks of one batch recorded in table OID
-    ``oid`` name table OID ``now`` (a table restored from a dump that holds their rows:
+    """The ``UPDATE`` that makes the progress marks of one batch recorded in table OID(s)
+    ``oids`` name table OID ``now`` (a table restored from a dump that holds their rows:
     the replay then skips their partitions)."""
     from fanout.contract.sql import sql_literal
     from fanout_postgres.identifiers import quote
@@ -326,8 +330,9 @@ def repoint_marks_sql(
     return (
         f"UPDATE {quote(state_schema)}.progress SET target_oid = {now} WHERE pipeline = "
         f"{sql_literal(scope)} AND sink = {sql_literal(sink)} AND batch_id = {batch_id} "
-        f"AND target_oid = {oid}"
-    )
+        + (f"AND target_oid = {oids[0]}" if len(oids) == 1
+           else f"AND target_oid IN ({', '.join(str(oid) for oid in oids)})")
+    )  # fmt: skip
 
 
 def forget_replaced_marks(
@@ -346,6 +351,27 @@ def forget_replaced_marks(
         )
     )  # fmt: skip
     return int(deleted.rowcount or 0)
+
+
+def tables_now(conn: Any, oids: Collection[int]) -> dict[int, str]:
+    """The schema-qualified name (SQL) each of ``oids`` that is still a table has now: one
+    the records name, renamed away or moved to another schema since, or still where it
+    was while the sink's name resolves to another table (the search path changed). One
+    query, on a refusal's path only."""
+    import sqlalchemy as sa
+
+    from fanout_postgres.identifiers import TableName
+
+    if not oids:
+        return {}
+    query = sa.text(
+        "SELECT c.oid::bigint, n.nspname, c.relname FROM pg_class c JOIN pg_namespace n "
+        "ON n.oid = c.relnamespace WHERE c.oid::bigint = ANY(:oids) AND c.relkind IN ('r', 'p')"
+    )
+    return {
+        int(oid): TableName(str(name), str(schema)).quoted()
+        for oid, schema, name in conn.execute(query, {"oids": sorted(oids)})
+    }
 
 
 def _current_oid_query(table: str) -> Any:

@@ -391,6 +391,10 @@ class PlanOptions:
     settings: tuple[tuple[str, str], ...] = ()
     schema: str | None = None
     """The schema ``table`` resolved to, when it names none: the statements qualify it."""
+    dead_letter_schema: str | None = None
+    """The schema ``dead_letter_table`` resolved to on the driver, when it names none: the
+    partitions' statements qualify it (their ``settings`` may set another search_path),
+    while the records (``kept_in``) keep the name as the option spells it."""
 
 
 def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> WritePlan:
@@ -438,6 +442,7 @@ def build_plan(info: TargetInfo, options: PlanOptions, spark_schema: Any) -> Wri
         loose=[t for t in targets if t in info.loose_collations],
         state_schema=options.state_schema,
         dead_letter=options.dead_letter_table,
+        dead_letter_schema=options.dead_letter_schema,
     )
     hash_columns = tuple(keys if (keys and all(k in targets for k in keys)) else targets)
     if options.mode == "append":  # its partition membership digest hashes them

@@ -84,6 +84,7 @@ from fanout_postgres.membership import (
     partition_columns,
     relation_bytes,
     repoint_marks_sql,
+    tables_now,
     target_oids,
     upsert_records,
     upsert_routes,
@@ -331,7 +332,12 @@ class PostgresSink(PartitionedSink):
 
     def _check_settings(self, conn: Any) -> None:
         """Apply each of ``settings`` for one transaction, rolled back: a name or value the
-        server refuses fails :meth:`open`, not every partition of every batch."""
+        server refuses fails :meth:`open`, not every partition of every batch. With a
+        ``search_path`` among them, a table named without a schema (``table``, a
+        ``postgres:`` dead-letter table) that it resolves elsewhere than the URL's search
+        path does is logged (:meth:`_warn_search_path`)."""
+        path_set = any(str(name).lower() == "search_path" for name in self.settings)
+        before = self._schemas_named(conn) if path_set else {}
         for name, value in self.settings.items():
             if str(name).lower() == "synchronous_commit" and str(value).lower() in NOT_DURABLE:
                 raise self._error(
@@ -355,7 +361,49 @@ class PostgresSink(PartitionedSink):
         effective = conn.execute(_sa().text("SHOW synchronous_commit")).scalar()
         if str(effective).lower() in NOT_DURABLE:  # set for the server, database or role
             raise self._error(not_durable(effective))
+        if path_set:
+            self._warn_search_path(before, self._schemas_named(conn))
         conn.rollback()
+
+    def _schemas_named(self, conn: Any) -> dict[str, str | None]:
+        """The schema each table the sink names without one (``table``, a ``postgres:``
+        dead-letter table) resolves to under ``conn``'s search path now: the one holding a
+        table of that name first, else the one a ``CREATE TABLE`` would make it in. One
+        query each, at :meth:`open` and only with a ``search_path`` in ``settings``."""
+        dead = self._dead.table if isinstance(self._dead, PostgresDeadLetters) else None
+        named = [t for t in (self._table, dead) if t is not None and t.schema is None]
+        found: dict[str, str | None] = {}
+        for table in named:
+            found[table.quoted()] = conn.execute(
+                _sa().text(
+                    "SELECT COALESCE((SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE c.oid = to_regclass(:table)), "
+                    "current_schema())"
+                ),
+                {"table": table.quoted()},
+            ).scalar()
+        return found
+
+    def _warn_search_path(
+        self, url_path: Mapping[str, str | None], settings_path: Mapping[str, str | None]
+    ) -> None:
+        """Log each table named without a schema that ``settings``' ``search_path`` would
+        resolve elsewhere than the URL's: the sink writes where the URL's resolves (the
+        driver's, qualified in every partition's statements); up to session 66 a
+        ``postgres:`` dead-letter table found under ``settings``' path took the
+        partitions' refused rows, and from then on the URL's table takes them."""
+        for table, schema in url_path.items():
+            other = settings_path.get(table)
+            if schema is None or other is None or other == schema:
+                continue
+            logger.warning(
+                "sink %r: option settings sets search_path, under which %s would be %s, but "
+                "the sink writes %s (the URL's search path resolves it there; settings "
+                "apply to the write connections only): name the schema in the option, or "
+                "set the search path in the URL (?options=-csearch_path%%3D...)",
+                self.name, table, TableName(_named(table), other),
+                TableName(_named(table), schema),
+            )  # fmt: skip
 
     # -- the partitioned-sink kit ---------------------------------------------------------
 
@@ -656,23 +704,21 @@ class PostgresSink(PartitionedSink):
         and the table named now would never get those rows. A replaced table, when the run
         accepts its loss (``accept_lost_targets``): those marks are deleted, and the replay
         writes their partitions into the table as it is (the marks left returned), those
-        of each replaced table in turn (the name replaced twice, once mid-batch). One
-        query, only on a replay (accepted: one more per replaced table forgotten)."""
+        of each replaced table (the name replaced twice, once mid-batch), all of which a
+        refusal names. One query, only on a replay (accepted: one more per replaced table
+        forgotten)."""
         table = self._table
         assert table is not None  # open() resolved it
         scope = _scope(batch)
         moved, replaced = other_table_marks(conn, self.state_schema, scope, self.name,
                                             batch.batch_id, table.quoted())  # fmt: skip
         gone: set[int] = set()
-        while moved is None and replaced is not None:
-            if not self._accept_lost:
-                self._refuse_replaced(batch, replaced)
-            self._forget_replaced(batch, replaced)
-            gone.update(replaced.partitions)
-            # marks of another table replaced too (the name replaced twice, one of them
-            # mid-batch): each OID is forgotten in turn, one query more each (accepted only)
-            moved, replaced = other_table_marks(conn, self.state_schema, scope, self.name,
-                                                batch.batch_id, table.quoted())  # fmt: skip
+        if moved is None and replaced:
+            if not self._accept_lost:  # every replaced table at once, not one per run
+                self._refuse_replaced(batch, replaced, tables_now(conn, [r.oid for r in replaced]))
+            for each in replaced:  # the name replaced twice, once mid-batch: each OID
+                self._forget_replaced(batch, each)
+                gone.update(each.partitions)
         if gone and moved is None:
             return [(mark, query) for mark, query in found if mark.partition not in gone]
         if moved is None:
@@ -698,39 +744,80 @@ class PostgresSink(PartitionedSink):
             batch_id=batch.batch_id,
         )
 
-    def _refuse_replaced(self, batch: Batch, replaced: MovedMarks) -> None:
-        """Refuse a replay whose marks ``replaced`` recorded another table under the sink's
-        table name (:meth:`_refuse_moved`), naming the ways on."""
+    def _refuse_replaced(
+        self, batch: Batch, replaced: Sequence[MovedMarks], now_named: Mapping[int, str]
+    ) -> None:
+        """Refuse a replay whose marks ``replaced`` recorded other tables under the sink's
+        table name (:meth:`_refuse_moved`), naming every one of them, where each is now
+        (``now_named``: :func:`~fanout_postgres.membership.tables_now`), and the ways on:
+        one table still there, bringing it back or naming it in option ``table`` works;
+        one dropped, or two or more (the name replaced once mid-batch), only accepting the
+        loss or the ``UPDATE`` does, which the refusal says."""
         table, scope, batch_id = self._table, _scope(batch), batch.batch_id
-        now = (
-            f"no table {table} exists now" if replaced.now is None
-            else f"table {table} has OID {replaced.now} now"
+        now_oid = replaced[0].now
+        now = f"no table {table} exists now" if now_oid is None else (
+            f"table {table} has OID {now_oid} now"
+        )  # fmt: skip
+
+        def where(oid: int) -> str:
+            found = now_named.get(oid)
+            return (
+                f"OID {oid}, now {found}"
+                if found
+                else f"OID {oid}: no table of this database has that OID now"
+            )
+
+        oids = [each.oid for each in replaced]
+        named = ", and ".join(
+            f"partition(s) {each.partitions} of batch {batch_id} of this sink as committed "
+            f"to table {table} ({where(each.oid)})"
+            if n == 0 else f"partition(s) {each.partitions} to table {table} ({where(each.oid)})"
+            for n, each in enumerate(replaced)
         )  # fmt: skip
         repoint = (
-            "" if replaced.now is None
+            "" if now_oid is None
             else " A dump taken after the crash may already hold them: then accepting would "
             "write them a second time; instead make the marks name the table as it is, and "
             "the replay skips their partitions (each row once): "
-            + repoint_marks_sql(self.state_schema, scope, self.name, batch_id, replaced.oid,
-                                replaced.now)
+            + repoint_marks_sql(self.state_schema, scope, self.name, batch_id, oids, now_oid)
         )  # fmt: skip
         away = (
-            "" if replaced.now is None
+            "" if now_oid is None
             else f", once the table named {table} now is renamed away or dropped"
         )  # fmt: skip
+        old = now_named.get(oids[0]) if len(replaced) == 1 else None
+        if old is not None:
+            back = (
+                f"Bring the table of OID {oids[0]} ({old} now) back under the name {table} "
+                f"(ALTER TABLE ... RENAME TO, or SET SCHEMA){away}, or set option table to "
+                f"{old}, and restart: the replay completes batch {batch_id} there. If "
+                f"{old} never moved, the name {table} resolves to another table than at the "
+                "crash: the search path changed (the URL's options, or the role's or "
+                "database's search_path); set it back and restart. Or accept"
+            )
+            stays = f"stays in the table of OID {oids[0]}"
+        elif len(replaced) == 1:
+            back = (
+                f"No table of this database has OID {oids[0]} now (dropped, or the "
+                "database restored from a dump), so none can take the batch back. Accept"
+            )
+            stays = "went with that table"
+        else:  # no one table can take the batch back: both ways below still work
+            back = (
+                f"The batch's committed partitions are in {len(replaced)} tables (OIDs "
+                f"{', '.join(str(oid) for oid in oids)}), so bringing one back under the "
+                f"name {table} cannot complete it. Accept"
+            )
+            stays = "stays in the tables of those OIDs"
         raise SinkWriteError(
-            f"{self.state_schema}.progress marks partition(s) {replaced.partitions} of batch "
-            f"{batch_id} of this sink as committed to table {table} (OID {replaced.oid}), "
-            f"but {now}: {REPLACED_UNDER_ITS_NAME} (or restored from a dump) after they "
-            "committed and before the "
-            f"ledger mark. The replay skips the partitions marked committed, so {table} "
-            f"would lack their rows, and nothing was written. Bring the table of OID "
-            f"{replaced.oid} back under the name {table} (ALTER TABLE ... RENAME TO){away} and "
-            f"restart: the replay completes batch {batch_id} there. Or accept the loss for "
+            f"{self.state_schema}.progress marks {named}, but {now}: "
+            f"{REPLACED_UNDER_ITS_NAME} (or restored from a dump) after they committed and "
+            f"before the ledger mark. The replay skips the partitions marked committed, so "
+            f"{table} would lack their rows, and nothing was written. {back} the loss for "
             f"this run (`fanout run PIPELINE.toml --accept-lost-target "
             f"{shell_word(self.name)}`, FanOut(accept_lost_targets=[{self.name!r}])): it "
             f"writes all of batch {batch_id} into {table} as it is, once (its committed "
-            f"part stays in the table of OID {replaced.oid}).{repoint}",
+            f"part {stays}).{repoint}",
             sink=self.name,
             batch_id=batch_id,
         )
@@ -993,15 +1080,30 @@ class PostgresSink(PartitionedSink):
             oids = target_oids(conn, self.state_schema, mode, scope, self.name, batch_id)
         now = current_oid(conn, table.quoted())
         gone = {p for p, oid in oids.items() if oid is not None and oid != now}
-        if gone and relation_bytes(conn, table.quoted()) > 0:
+        if not gone:
+            return None
+        # the recorded table still there under the same name in another schema: the name
+        # resolves to another table than it did (the search path changed), not a copy
+        gone_oids = {oid for p, oid in oids.items() if p in gone and oid is not None}
+        elsewhere = sorted(
+            found for found in tables_now(conn, gone_oids).values() if _named(found) == table.name
+        )
+        if relation_bytes(conn, table.quoted()) > 0:
+            if elsewhere:
+                logger.warning(
+                    "sink %r: table %s (OID %s) is not the table batch %d was written to, "
+                    "%s, which is still there: the name %s resolves to another table than "
+                    "then (the search path changed: the URL's options, or the role's or "
+                    "database's search_path?); the sink writes into %s now",
+                    self.name, table, now, batch_id, ", ".join(elsewhere), table.name, table,
+                )  # fmt: skip
+                return None
             logger.info(
                 "sink %r: table %s (OID %s) is not the table batch %d was written to (OID "
                 "%s), but holds rows (restored from a dump?): its records answer",
                 self.name, table, now, batch_id,
                 ", ".join(sorted({str(oids[p]) for p in gone})),
             )  # fmt: skip
-            return None
-        if not gone:
             return None
         # their records name the table: moved, not created again? (an upsert's from 0008)
         moved = moved_marks(conn, self.state_schema, scope, self.name, batch_id,
@@ -1032,7 +1134,13 @@ class PostgresSink(PartitionedSink):
             f"(their records in state_schema), and holds no row: {REPLACED_UNDER_ITS_NAME} "
             "since (accepted, a batch the old table took whose ledger mark was lost is "
             "written whole into this one at its replay)"
-        )
+            + (
+                f"; or the search path changed (the URL's options, or the role's or "
+                f"database's search_path): the table written to is {', '.join(elsewhere)}, "
+                f"still there; set the search path back, or option table to it, and restart"
+                if elsewhere else ""
+            )
+        )  # fmt: skip
 
     def _target_gone(self, conn: Any) -> bool:
         """Whether the table is missing (nothing created it since: :meth:`open` does not)."""
@@ -1515,18 +1623,10 @@ class PostgresSink(PartitionedSink):
 
     def _plan_options(self, conn: Any) -> PlanOptions:
         dead = self._dead
-        schema = None
-        if self._table is not None and self._table.schema is None:
-            # the schema the name resolves to: the statements name it, so a temporary table
-            # of the same name (first on the search path, like the staging table) cannot
-            # take the rows
-            schema = conn.execute(
-                _sa().text(
-                    "SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
-                    "ON n.oid = c.relnamespace WHERE c.oid = to_regclass(:table)"
-                ),
-                {"table": self._table.quoted()},
-            ).scalar()
+        # the schema the name resolves to: the statements name it, so a temporary table
+        # of the same name (first on the search path, like the staging table) cannot
+        # take the rows
+        schema = _resolved_schema(conn, self._table)
         table = dead.table if isinstance(dead, PostgresDeadLetters) else None
         return PlanOptions(
             sink=self.name,
@@ -1541,6 +1641,9 @@ class PostgresSink(PartitionedSink):
             dead_letter_kind=None if dead is None else "postgres" if table else "driver",
             settings=tuple((str(k), str(v)) for k, v in self.settings.items()),
             schema=schema,
+            # the dead-letter table as the driver created and reads it: a search_path in
+            # option settings (the write connections') would otherwise find none, or another
+            dead_letter_schema=_resolved_schema(conn, table),
         )
 
     def partition_failure(
@@ -1558,6 +1661,29 @@ REPLACED_UNDER_ITS_NAME = (
 """What another OID under the sink's table name means: in the run start's lost-target
 reason (:meth:`PostgresSink.target_replaced`) and the replay's refusal
 (:meth:`PostgresSink._refuse_replaced`)."""
+
+
+def _named(qualified: str) -> str:
+    """The table's own name in ``qualified`` (a :meth:`TableName.quoted` of two parts)."""
+    from fanout_postgres.identifiers import parse_table
+
+    return parse_table(qualified).name
+
+
+def _resolved_schema(conn: Any, table: TableName | None) -> str | None:
+    """The schema ``table``, named without one, resolves to on the driver's connection (its
+    URL's search path); ``None`` for a name with a schema, no table, or none found. One
+    query, at a plan only."""
+    if table is None or table.schema is not None:
+        return None
+    found = conn.execute(
+        _sa().text(
+            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE c.oid = to_regclass(:table)"
+        ),
+        {"table": table.quoted()},
+    ).scalar()
+    return None if found is None else str(found)
 
 
 def _shape(conn: Any, table: TableName) -> list[tuple[Any, ...]]:

@@ -100,6 +100,7 @@ def build_statements(
     loose: Sequence[str] = (),
     state_schema: str,
     dead_letter: TableName | None,
+    dead_letter_schema: str | None = None,
 ) -> Statements:
     """The statements for one plan.
 
@@ -111,6 +112,8 @@ def build_statements(
         :func:`fanout_postgres.types.equality_is_coarse`); empty: no dedupe.
     :param text_compared: columns compared as text in the no-op check
         (:func:`fanout_postgres.types.changes_compare_as_text`), byte for byte.
+    :param dead_letter_schema: the schema ``dead_letter`` resolved to on the driver when it
+        names none: the statements qualify it; ``dead_table`` keeps the option's spelling.
     :param loose: columns compared by a nondeterministic collation
         (:attr:`fanout_postgres.plan.TargetInfo.loose_collations`): their ``=`` is coarser
         than their text, as a ``citext``'s is.
@@ -213,7 +216,10 @@ def build_statements(
     )
     column_list = ", ".join(quote(n) for n in names)
     marks = _mark_statements(state_schema)
-    dead = _dead_letter_statements(dead_letter)
+    qualified = dead_letter
+    if dead_letter is not None and dead_letter.schema is None and dead_letter_schema:
+        qualified = TableName(dead_letter.name, dead_letter_schema)
+    dead = _dead_letter_statements(qualified)
     return Statements(
         create_stage=create_stage,
         copy_stage=f"COPY pg_temp.{quote(STAGE)} ({column_list}, {quote(ROW)}) "

@@ -51,6 +51,7 @@ class TestPostgresConformance(SinkConformance):
             keyed=True,
             schema_drift="refuses",
             recreate=recreate,
+            drop=lambda: execute(pg_url, f"DROP TABLE {table}"),
             secret=PASSWORD,
             failing_config=self._failing(request),
         )

@@ -484,3 +484,29 @@ def test_the_printed_migrate_runs_as_printed_for_a_url_with_two_parameters(pg_ur
     assert query(pg_url, "SELECT version_num FROM mig.alembic_version") == [(head_revision(),)]
     sink.open(SinkContext("m"))  # at head now: opens
     sink.close()
+
+
+def test_migrate_killed_mid_way_leaves_nothing_and_runs_again_to_head(pg_url: str) -> None:
+    """``fanout migrate`` killed (SIGKILL) after its fourth revision, inside the one
+    transaction the whole upgrade runs in: PostgreSQL rolls it back when the connection
+    drops (no schema, no table, no version row, the advisory lock released), and the same
+    command run again migrates to head."""
+    from tests.cli_process import fanout_process
+    from tests.kill_at import KILLED, fanout_killed_at
+
+    migrate = ["migrate", "--url", pg_url, "--schema", "cut"]
+    cut = fanout_killed_at(
+        "alembic.runtime.migration:HeadMaintainer.update_to_step", "after", 4, *migrate
+    )
+    assert cut.returncode == KILLED, cut.stderr
+    deadline = time.monotonic() + 30  # the server ends the dead client's backend
+    while query(pg_url, "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                "current_database() AND pid <> pg_backend_pid()") != [(0,)]:  # fmt: skip
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert query(pg_url, "SELECT count(*) FROM pg_namespace WHERE nspname = 'cut'") == [(0,)]
+
+    done = fanout_process(*migrate)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith(f"schema 'cut' upgraded (empty) -> {head_revision()}\n")
+    assert _state(pg_url, "cut")["versions"] == [(head_revision(),)]

@@ -1,0 +1,221 @@
+"""A checkpoint reset (``on_checkpoint_reset="new_epoch"``, ``fanout run --new-epoch``) while a
+sink's target was lost (its Delta table dropped): the new epoch has no marks yet, so the
+lost-target check (docs/architecture.md §5, "A target lost behind fanout's back") asked no
+sink, and the new epoch's first write created the table again empty (the replaced epoch's
+batches gone from it, the ledger still counting them, nothing said); a sink lagging across
+the reset had its spooled batches of the replaced epoch written into the new empty target
+by the catch-up. A sink with no mark in the current epoch is now asked about its last mark
+of the newest epoch before that holds one. The start itself (``FanOut._refuse_unmarked``)
+passes rightly: the dropped table holds no batch after the mark, and a lagging sink whose
+spool holds the batches after its mark is not asked. Real Spark, Delta lake, ledger and
+spool."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from fanout import FanOut
+from fanout.sink_spec import SinkSpec, lag_policy
+from tests.in_process_cli import Cli
+from tests.integration.streams import (
+    bronze_pipeline,
+    committed_marks,
+    delta_rows,
+    id_counts,
+    run_stream,
+    write_input,
+)
+from tests.integration.test_lost_target_catch_up import _Target
+
+
+def _fan(tmp_path: Path, copy: Any, **kw: Any) -> FanOut:
+    return FanOut(
+        "lostreset", str(tmp_path / "ledger"),
+        [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")}, copy],
+        retries=0, backoff_s=0, spool=str(tmp_path / "spool"), probe_interval_s=3600, **kw,
+    )  # fmt: skip
+
+
+def _run(spark: Any, tmp_path: Path, fan: FanOut) -> None:
+    try:
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+    finally:
+        fan.close()
+
+
+def _reset(tmp_path: Path, files: int, start_file: int) -> None:
+    """The checkpoint deleted; the new query reads only new files."""
+    shutil.rmtree(tmp_path / "checkpoint")
+    shutil.move(tmp_path / "input", tmp_path / "input-done")
+    write_input(tmp_path / "input", files, 3, start_file=start_file)
+
+
+def _ids(path: Path) -> list[int]:
+    return sorted(r["order_id"] for r in delta_rows(path))
+
+
+def _marks(tmp_path: Path) -> list[tuple[int, str, int]]:
+    return sorted(
+        (r["epoch"], r["sink"], r["batch_id"])
+        for r in delta_rows(tmp_path / "ledger")
+        if r["status"] == "committed"
+    )
+
+
+def test_a_reset_refuses_a_dropped_delta_table_and_its_printed_acceptance_writes_on(
+    spark: Any, tmp_path: Path
+) -> None:
+    write_input(tmp_path / "input", 3, 3)  # ids 0-8, batches 0-2
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}
+    _run(spark, tmp_path, _fan(tmp_path, copy))
+    shutil.rmtree(tmp_path / "copy")
+    _reset(tmp_path, 2, 3)  # ids 9-14
+
+    with pytest.raises(StreamingQueryException) as refused:
+        _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))
+    message = str(refused.value)
+    assert "TargetLostError" in message and "sink 'copy', batch 2:" in message, message
+    assert f"path '{tmp_path / 'copy'}' no longer holds batch 2 of epoch 0" in message
+    accept = "(FanOut(accept_lost_targets=['copy']))"
+    assert accept in message, message
+    assert not (tmp_path / "copy").exists()  # before: created again, holding ids 9-14 only
+    assert _ids(tmp_path / "lake") == list(range(9))
+    epoch0 = [(0, s, b) for s in ("copy", "lake") for b in range(3)]
+    assert _marks(tmp_path) == epoch0
+
+    # the way on, as printed (the new checkpoint owns epoch 1 now: no reset to accept)
+    _run(spark, tmp_path, _fan(tmp_path, copy, accept_lost_targets=["copy"]))
+    assert _ids(tmp_path / "copy") == list(range(9, 15))
+    assert _ids(tmp_path / "lake") == list(range(15))
+    epoch1 = [(1, s, b) for s in ("copy", "lake") for b in range(2)]
+    assert _marks(tmp_path) == sorted(epoch0 + epoch1)
+    write_input(tmp_path / "input", 1, 3, start_file=5)  # and the next run needs no flag
+    _run(spark, tmp_path, _fan(tmp_path, copy))
+    assert _ids(tmp_path / "copy") == list(range(9, 18))
+
+
+def test_a_sink_lagging_across_a_reset_is_not_caught_up_into_its_lost_target(
+    spark: Any, tmp_path: Path
+) -> None:
+    write_input(tmp_path / "input", 4, 3)  # ids 0-11; copy down from batch 2: 2, 3 spooled
+    down = _Target("copy", down_from=2)
+    _run(
+        spark,
+        tmp_path,
+        _fan(tmp_path, SinkSpec(down, lag=lag_policy("copy", {"on_failure": "lag"}))),
+    )
+    assert committed_marks(tmp_path / "ledger", "lostreset")[("copy", 1)] == 1
+    _reset(tmp_path, 2, 4)  # ids 12-17
+
+    lost = _Target("copy", down_from=None)  # its target deleted, created again empty
+    spec = SinkSpec(lost, lag=lag_policy("copy", {"on_failure": "lag"}))
+    second = _fan(tmp_path, spec, on_checkpoint_reset="new_epoch")
+    try:
+        run_stream(spark, tmp_path / "input", second, tmp_path / "checkpoint")
+        second.catch_up(30)
+        lag = second.lagging.lag_of("copy")
+    finally:
+        second.close()
+    assert lost.calls == []  # before: batches 2 and 3 of epoch 0, then 0 and 1 of epoch 1
+    assert lost.asked == [1]
+    assert (lag.state, lag.batches) == ("lagging", 4)
+    assert lag.error is not None and lag.error.startswith(
+        "TargetLostError: sink 'copy', batch 1: pipeline 'lostreset': its target no longer "
+        "holds batch 1 of epoch 0"
+    ), lag.error
+    assert "(FanOut(accept_lost_targets=['copy']))" in lag.error
+    assert _ids(tmp_path / "lake") == list(range(18))
+
+    # a restart without the flag asks again (the sink still has no mark in epoch 1)
+    again = _fan(tmp_path, SinkSpec(lost, lag=lag_policy("copy", {"on_failure": "lag"})))
+    try:
+        assert again.catch_up(30)["copy"].state == "lagging" and lost.calls == []
+    finally:
+        again.close()
+    # the way on, as printed: the catch-up writes the spooled batches into it as it is
+    accepted = _fan(
+        tmp_path, SinkSpec(lost, lag=lag_policy("copy", {"on_failure": "lag"})),
+        accept_lost_targets=["copy"],
+    )  # fmt: skip
+    try:
+        assert accepted.catch_up(30)["copy"].state == "live"
+    finally:
+        accepted.close()
+    assert lost.calls == [(2, 1), (3, 1), (0, 1), (1, 1)]
+    assert sorted(r["order_id"] for r in lost.rows()) == list(range(6, 18))
+
+
+def test_fanout_run_new_epoch_refused_for_a_dropped_table_goes_on_with_the_printed_command(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """Through ``fanout run PIPELINE.toml --new-epoch``: refused for the dropped table, the
+    command the refusal prints, run exactly as printed (without ``--new-epoch``: the new
+    checkpoint owns epoch 1 already), writes the new epoch's batch into the table as it is,
+    and the next run needs no flag."""
+    config = tmp_path / "pipeline.toml"
+    config.write_text(bronze_pipeline(tmp_path))
+    write_input(tmp_path / "input", 1, 3)  # batch 0: orders 0-2
+    assert fanout_cli("run", str(config)).returncode == 0
+    shutil.rmtree(tmp_path / "bronze")  # dropped behind fanout's back
+    shutil.rmtree(tmp_path / "checkpoint")  # and the checkpoint lost: orders 3-5 new
+    shutil.rmtree(tmp_path / "input")
+    write_input(tmp_path / "input", 1, 3, start_file=1)
+
+    ran = fanout_cli("run", str(config), "--new-epoch")
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 1, out[-3000:]
+    assert f"path '{tmp_path / 'bronze'}' no longer holds batch 0 of epoch 0" in out, out
+    (printed,) = re.findall(r"`(fanout run [^`]*--accept-lost-target[^`]*)`", out)
+    assert printed == f"fanout run {config} --accept-lost-target bronze"
+    assert not (tmp_path / "bronze").exists()  # before: created again, holding orders 3-5
+
+    ran = fanout_cli(*shlex.split(printed)[1:])
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {3: 1, 4: 1, 5: 1}
+    assert _marks(tmp_path) == [(0, "bronze", 0), (1, "bronze", 0)]
+    write_input(tmp_path / "input", 1, 3, start_file=2)  # orders 6-8: no flag needed
+    ran = fanout_cli("run", str(config))
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(3, 9)}
+    assert _marks(tmp_path) == [(0, "bronze", 0), (1, "bronze", 0), (1, "bronze", 1)]
+
+
+def test_a_path_changed_on_purpose_at_a_reset_goes_on_under_a_new_name_as_printed(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """A reset that also points the sink at a new table on purpose is refused (the old
+    table still holds epoch 0's batches); its printed way on, a new name for the sink and a
+    restart, starts the new table afresh with the new epoch's batch, the old one untouched."""
+    config = tmp_path / "pipeline.toml"
+    config.write_text(bronze_pipeline(tmp_path))
+    write_input(tmp_path / "input", 1, 3)  # batch 0: orders 0-2
+    assert fanout_cli("run", str(config)).returncode == 0
+    shutil.rmtree(tmp_path / "checkpoint")
+    shutil.rmtree(tmp_path / "input")
+    write_input(tmp_path / "input", 1, 3, start_file=1)  # orders 3-5
+    moved = f'path = "{tmp_path}/bronze"'
+    assert moved in config.read_text()
+    config.write_text(config.read_text().replace(moved, f'path = "{tmp_path}/fresh"'))
+
+    ran = fanout_cli("run", str(config), "--new-epoch")
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 1, out[-3000:]
+    assert f"path '{tmp_path / 'fresh'}' no longer holds batch 0 of epoch 0" in out, out
+    assert (
+        "If 'bronze''s path was changed on purpose to a new target (the old one still holds "
+        "those batches), set it back; or give the sink a new name too and restart"
+    ) in out, out
+
+    config.write_text(config.read_text().replace('name = "bronze"', 'name = "fresh"'))
+    ran = fanout_cli("run", str(config))
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    assert id_counts(delta_rows(tmp_path / "fresh")) == {3: 1, 4: 1, 5: 1}
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {0: 1, 1: 1, 2: 1}
+    assert _marks(tmp_path) == [(0, "bronze", 0), (1, "fresh", 0)]
