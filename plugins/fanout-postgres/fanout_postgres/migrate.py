@@ -276,28 +276,44 @@ def state_schema_problem(
     connection: Connection, schema: str, *, creates: bool, named: str = "option state_schema"
 ) -> str | None:
     """Why the connection's role cannot keep fanout's tables in ``schema``, with the GRANT
-    that lets it, or ``None``: the schema exists and the role may not use it, or it is
-    missing and ``creates`` (option ``migrate``) while the role may not create schemas in
-    the database. ``named``: how the message names the schema's setting. Without this
-    check ``fanout validate`` called such a sink valid, and ``fanout run`` and ``fanout
-    migrate`` failed with PostgreSQL's "permission denied" alone."""
-    from sqlalchemy import text
+    that lets it, or ``None``: the schema exists and the role may not use it, or may not
+    read and write fanout's tables there (``SELECT`` on the version table, ``SELECT,
+    INSERT, UPDATE, DELETE`` on the others, those present), or it is missing and
+    ``creates`` (option ``migrate``) while the role may not create schemas in the
+    database. ``named``: how the message names the schema's setting. One query. Without
+    this check ``fanout validate`` called such a sink valid, and ``fanout run`` and
+    ``fanout migrate`` failed with PostgreSQL's "permission denied" alone."""
+    from sqlalchemy import bindparam, text
 
-    role, database, present, usable, creatable = connection.execute(
+    role, database, present, usable, creatable, unwritable = connection.execute(
         text(
             "SELECT current_user, current_database(), n.oid IS NOT NULL, "
             "n.oid IS NOT NULL AND has_schema_privilege(n.oid, 'USAGE'), "
-            "has_database_privilege(current_database(), 'CREATE') "
+            "has_database_privilege(current_database(), 'CREATE'), "
+            "ARRAY(SELECT c.relname::text FROM pg_class c WHERE c.relnamespace = n.oid "
+            "AND c.relkind IN ('r', 'p') AND c.relname IN :tables "
+            "AND NOT (has_table_privilege(c.oid, 'SELECT') AND (c.relname = :version OR "
+            "(has_table_privilege(c.oid, 'INSERT') AND has_table_privilege(c.oid, 'UPDATE') "
+            "AND has_table_privilege(c.oid, 'DELETE')))) ORDER BY c.relname) "
             "FROM (SELECT to_regnamespace(quote_ident(:schema)) AS oid) AS n"
-        ),
-        {"schema": schema},
+        ).bindparams(bindparam("tables", expanding=True)),
+        {"schema": schema, "version": VERSION_TABLE, "tables": _state_tables(schema)},
     ).one()
+    tables_grant = (
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {quote(schema)} TO "
+        f"{quote(role)}"
+    )
     if present and not usable:
         return (
             f"role {role!r} may not use schema {schema!r}, which holds fanout's state tables "
             f"({named}); grant it (GRANT USAGE ON SCHEMA {quote(schema)} TO "
-            f"{quote(role)}; GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "
-            f"{quote(schema)} TO {quote(role)}), or name a schema it owns in {named}"
+            f"{quote(role)}; {tables_grant}), or name a schema it owns in {named}"
+        )
+    if present and unwritable:
+        return (
+            f"role {role!r} may not read and write fanout's state tables "
+            f"{', '.join(f'{schema}.{t}' for t in unwritable)} ({named}); grant it "
+            f"({tables_grant}), or name a schema it owns in {named}"
         )
     if not present and creates and not creatable:
         return (
@@ -307,6 +323,11 @@ def state_schema_problem(
             f"(CREATE SCHEMA {quote(schema)} AUTHORIZATION {quote(role)})"
         )
     return None
+
+
+def _state_tables(schema: str) -> list[str]:
+    """fanout's tables in ``schema`` at head and the version table."""
+    return [*_head_tables(schema), VERSION_TABLE]
 
 
 def migration_problem(

@@ -134,3 +134,63 @@ def test_fanout_migrate_says_which_grant_or_url_part_to_fix_and_exits_by_cause(
         "TCP/IP connections?; check the host and port in --url, and that the server runs and "
         "accepts connections from this machine, then run the command again\n"
     )
+
+
+def _open_as(url: str, *, checking: bool, migrate: bool) -> None:
+    sink = PostgresSink("pg", url=url, table="orders", migrate=migrate)
+    try:
+        sink.open(SinkContext("p", checking=checking))
+    finally:
+        sink.close()
+
+
+@pytest.mark.parametrize("migrate", [True, False])
+@pytest.mark.parametrize("checking", [True, False])
+def test_state_tables_the_role_may_not_read_or_write_are_refused_with_the_grant(
+    pg_url: str, checking: bool, migrate: bool
+) -> None:
+    """USAGE on the schema alone (the first half of the GRANT) let open() pass the check and
+    fail on PostgreSQL's bare "permission denied for table alembic_version"; the tables
+    without the rights are named, with the GRANT that lets the role use them."""
+    role, url = _role(pg_url)
+    _open(pg_url, checking=False)  # the owner migrates: schema fanout, not granted
+    execute(pg_url, f"GRANT USAGE ON SCHEMA fanout TO {role}")
+    with pytest.raises(ConfigurationError) as caught:
+        _open_as(url, checking=checking, migrate=migrate)
+    message = str(caught.value)
+    assert message == (
+        f"postgres sink 'pg' (table orders): role '{role}' may not read and write fanout's "
+        "state tables fanout.alembic_version, fanout.progress, fanout.upsert_routes (option "
+        f"state_schema); grant it (GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN "
+        f"SCHEMA fanout TO {role}), or name a schema it owns in option state_schema"
+    )
+    execute(pg_url, *_printed_statements(message))
+    _open_as(url, checking=checking, migrate=migrate)
+
+
+def test_the_grants_the_readme_lists_for_migrate_false_are_enough(pg_url: str) -> None:
+    """The README granted USAGE and the rights on fanout.progress and fanout.upsert_routes
+    only: open() then failed reading fanout.alembic_version. Without SELECT there the table
+    is named; with it (as the README now says) the sink opens; a role holding the rights
+    through a group role it inherits from is not refused."""
+    role, url = _role(pg_url)
+    _open(pg_url, checking=False)
+    execute(
+        pg_url,
+        f"GRANT USAGE ON SCHEMA fanout TO {role}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON fanout.progress, fanout.upsert_routes TO {role}",
+    )
+    with pytest.raises(ConfigurationError, match=r"state tables fanout\.alembic_version \("):
+        _open_as(url, checking=False, migrate=False)
+    execute(pg_url, f"GRANT SELECT ON fanout.alembic_version TO {role}")
+    _open_as(url, checking=False, migrate=False)
+
+    member = f"member_{uuid.uuid4().hex[:8]}"
+    execute(pg_url, f"CREATE ROLE {member} LOGIN IN ROLE {role}")
+    member_url = make_url(pg_url).set(username=member).render_as_string(hide_password=False)
+    _open_as(member_url, checking=True, migrate=False)
+    stranger = f"noinherit_{uuid.uuid4().hex[:8]}"  # a member that must SET ROLE first
+    execute(pg_url, f"CREATE ROLE {stranger} LOGIN NOINHERIT IN ROLE {role}")
+    stranger_url = make_url(pg_url).set(username=stranger).render_as_string(hide_password=False)
+    with pytest.raises(ConfigurationError, match=f"role '{stranger}' may not use schema 'fanout'"):
+        _open_as(stranger_url, checking=True, migrate=False)
