@@ -278,14 +278,15 @@ def state_schema_problem(
     """Why the connection's role cannot keep fanout's tables in ``schema``, with the GRANT
     that lets it, or ``None``: the schema exists and the role may not use it, or may not
     read and write fanout's tables there (``SELECT`` on the version table, ``SELECT,
-    INSERT, UPDATE, DELETE`` on the others, those present), or it is missing and
-    ``creates`` (option ``migrate``) while the role may not create schemas in the
-    database. ``named``: how the message names the schema's setting. One query. Without
-    this check ``fanout validate`` called such a sink valid, and ``fanout run`` and
-    ``fanout migrate`` failed with PostgreSQL's "permission denied" alone."""
+    INSERT, UPDATE, DELETE`` on the others, those present); or, when ``creates`` (option
+    ``migrate``), it holds no version table yet and the role may not create tables in it,
+    or it is missing and the role may not create schemas in the database. ``named``: how
+    the message names the schema's setting. One query. Without this check ``fanout
+    validate`` called such a sink valid, and ``fanout run`` and ``fanout migrate`` failed
+    with PostgreSQL's "permission denied" alone."""
     from sqlalchemy import bindparam, text
 
-    role, database, present, usable, creatable, unwritable = connection.execute(
+    role, database, present, usable, creatable, unwritable, fillable = connection.execute(
         text(
             "SELECT current_user, current_database(), n.oid IS NOT NULL, "
             "n.oid IS NOT NULL AND has_schema_privilege(n.oid, 'USAGE'), "
@@ -294,7 +295,9 @@ def state_schema_problem(
             "AND c.relkind IN ('r', 'p') AND c.relname IN :tables "
             "AND NOT (has_table_privilege(c.oid, 'SELECT') AND (c.relname = :version OR "
             "(has_table_privilege(c.oid, 'INSERT') AND has_table_privilege(c.oid, 'UPDATE') "
-            "AND has_table_privilege(c.oid, 'DELETE')))) ORDER BY c.relname) "
+            "AND has_table_privilege(c.oid, 'DELETE')))) ORDER BY c.relname), "
+            "n.oid IS NULL OR has_schema_privilege(n.oid, 'CREATE') OR EXISTS (SELECT FROM "
+            "pg_class v WHERE v.relnamespace = n.oid AND v.relname = :version) "
             "FROM (SELECT to_regnamespace(quote_ident(:schema)) AS oid) AS n"
         ).bindparams(bindparam("tables", expanding=True)),
         {"schema": schema, "version": VERSION_TABLE, "tables": _state_tables(schema)},
@@ -314,6 +317,12 @@ def state_schema_problem(
             f"role {role!r} may not read and write fanout's state tables "
             f"{', '.join(f'{schema}.{t}' for t in unwritable)} ({named}); grant it "
             f"({tables_grant}), or name a schema it owns in {named}"
+        )
+    if present and creates and not fillable:
+        return (
+            f"role {role!r} may not create fanout's state tables in schema {schema!r} "
+            f"({named}), which holds none yet; grant it (GRANT CREATE ON SCHEMA "
+            f"{quote(schema)} TO {quote(role)}), or name a schema the role owns in {named}"
         )
     if not present and creates and not creatable:
         return (

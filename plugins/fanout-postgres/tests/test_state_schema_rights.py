@@ -194,3 +194,48 @@ def test_the_grants_the_readme_lists_for_migrate_false_are_enough(pg_url: str) -
     stranger_url = make_url(pg_url).set(username=stranger).render_as_string(hide_password=False)
     with pytest.raises(ConfigurationError, match=f"role '{stranger}' may not use schema 'fanout'"):
         _open_as(stranger_url, checking=True, migrate=False)
+
+
+@pytest.mark.parametrize("checking", [True, False])
+def test_an_empty_state_schema_the_role_may_not_create_tables_in_is_refused_with_the_grant(
+    pg_url: str, checking: bool
+) -> None:
+    """A schema made for the role by an administrator with USAGE only (or after the
+    USAGE grant printed for a schema with no tables yet): open() passed the check, and the
+    migration failed with PostgreSQL's bare "permission denied for schema fanout"."""
+    role, url = _role(pg_url)
+    execute(pg_url, "CREATE SCHEMA fanout", f"GRANT USAGE ON SCHEMA fanout TO {role}")
+    message = _refusal(url, checking=checking)
+    assert message == (
+        f"postgres sink 'pg' (table orders): role '{role}' may not create fanout's state "
+        "tables in schema 'fanout' (option state_schema), which holds none yet; grant it "
+        f"(GRANT CREATE ON SCHEMA fanout TO {role}), or name a schema the role owns in "
+        "option state_schema"
+    )
+    execute(pg_url, *_printed_statements(message))
+    _open(url, checking=checking)
+
+
+def test_quoted_role_and_schema_names_get_grants_that_run_as_printed(pg_url: str) -> None:
+    """A role and a state schema whose names need quotes: each printed statement runs."""
+    role = f"App Role-{uuid.uuid4().hex[:4]}"
+    execute(pg_url, f'CREATE ROLE "{role}" LOGIN', "CREATE TABLE orders (id bigint PRIMARY KEY)")
+    execute(pg_url, f'GRANT SELECT, INSERT, UPDATE, DELETE ON orders TO "{role}"')
+    url = make_url(pg_url).set(username=role).render_as_string(hide_password=False)
+
+    def attempt(as_url: str) -> None:
+        sink = PostgresSink("pg", url=as_url, table="orders", state_schema="Fan Out")
+        try:
+            sink.open(SinkContext("p"))
+        finally:
+            sink.close()
+
+    with pytest.raises(ConfigurationError) as caught:
+        attempt(url)
+    assert f'(CREATE SCHEMA "Fan Out" AUTHORIZATION "{role}")' in str(caught.value)
+    attempt(pg_url)  # the owner makes "Fan Out" and its tables
+    with pytest.raises(ConfigurationError) as caught:
+        attempt(url)
+    assert f'GRANT USAGE ON SCHEMA "Fan Out" TO "{role}";' in str(caught.value)
+    execute(pg_url, *_printed_statements(str(caught.value)))
+    attempt(url)
