@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -251,11 +252,16 @@ def _check_value(path: str, value: Any) -> None:
         raise ConfigurationError(f"{path}: must be <= {MAXIMUMS[path]:g}, got {value!r}")
 
 
+_OTHER_SCHEME = re.compile(r"(?!file:)[A-Za-z][A-Za-z0-9+.-]+:")
+"""A URI of another filesystem without ``//`` (``dbfs:/checkpoints``, ``s3a:/b/x``): Hadoop
+reads a colon before the first slash as a scheme's, so no local path is named."""
+
+
 def _check_checkpoint(location: str) -> None:
     """Refuse a local checkpoint location that is a file or lies under one: Spark failed
     to start the query there, after the sinks were opened, with a Java traceback."""
     local = local_path(location)
-    if local is None:
+    if local is None or _OTHER_SCHEME.match(location):
         return
     if os.path.exists(local) and not os.path.isdir(local):
         problem = (

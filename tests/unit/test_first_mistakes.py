@@ -91,3 +91,45 @@ def test_a_trigger_of_the_wrong_type_names_its_value_and_what_to_write(
 ) -> None:
     assert main(["validate", str(_file(tmp_path, f"{tmp_path}/ckpt", trigger))]) == 2
     assert capsys.readouterr().err == f"fanout: configuration error: {said}\n"
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["s3://bucket/ckpt", "gs://bucket/ckpt", "abfss://c@a.dfs.core.windows.net/ckpt",
+     "hdfs://nn:8020/ckpt", "dbfs:/checkpoints/orders", "s3a:/bucket/ckpt"],
+)  # fmt: skip
+def test_a_checkpoint_in_another_filesystem_is_not_looked_for_on_the_local_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, written: str
+) -> None:
+    """A URI with a scheme other than file: (``dbfs:/x`` has no ``//``) names no local path:
+    a local file beside the command named like its scheme, ``dbfs:``, refused it as 'under a
+    file'."""
+    from fanout.app.runner import load_pipeline
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / f"{written.split(':')[0]}:").write_text("a local file, not the store")
+    config = load_pipeline(str(_file(tmp_path, written)))
+    assert config.checkpoint == written
+
+
+@pytest.mark.parametrize("kind", ["empty", "earlier", "symlink", "relative", "tilde"])
+def test_a_checkpoint_directory_spark_can_use_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """An existing directory (empty, or an earlier run's checkpoint), a symlink to one, a
+    path relative to the current directory (Spark's too), ``~`` taken literally as Spark
+    takes it: none is refused."""
+    from fanout.app.runner import load_pipeline
+
+    monkeypatch.chdir(tmp_path)
+    made = tmp_path / "ckpt"
+    made.mkdir()
+    (made / "offsets").mkdir()
+    if kind == "earlier":
+        (made / "metadata").write_text('{"id":"7f3c"}\n')
+    written = {"empty": str(made), "earlier": str(made), "symlink": str(tmp_path / "link"),
+               "relative": "ckpt/orders", "tilde": "~/ckpt"}[kind]  # fmt: skip
+    if kind == "symlink":
+        (tmp_path / "link").symlink_to(made, target_is_directory=True)
+    config = load_pipeline(str(_file(tmp_path, written)))
+    assert config.checkpoint == written
