@@ -245,11 +245,12 @@ def by_hand_message(info: BatchInfo, marks: Sequence[LedgerEntry], facts: Ledger
         "this ledger. fanout refuses to write, because the sinks holding them would skip "
         "this query's batches."
     )
+    once = " (this run only: later runs refuse resets again)" if facts.config else ""
     ways = [
-        "  1. If a streaming query of this pipeline wrote them (its query id unreadable "
-        "then), restart it on its own checkpoint; nothing is lost or duplicated.",
-        NEW_PIPELINE,
-        new_epoch_line(facts.config),
+        "  1. Continue this query under a new epoch, its batches written as new data "
+        f"beside the hand-written ones: {new_epoch_way(facts.config)}{once}.",
+        "  2. Or run this query under a pipeline name of its own (a new name: no marks), "
+        "and keep calls by hand out of this ledger (a ledger or pipeline name for them).",
     ]
     return facts.refusal(info, [what], ways)
 

@@ -42,7 +42,10 @@ def test_marks_of_a_call_by_hand_are_refused_naming_it_and_a_new_epoch_writes(
         "DataFrame, in a test or a notebook) wrote them into this ledger. fanout refuses "
         "to write, because the sinks holding them would skip this query's batches."
     )
-    assert 'continue under a new epoch: FanOut(..., on_checkpoint_reset="new_epoch")' in said
+    assert (
+        "How to proceed:\n  1. Continue this query under a new epoch, its batches written as "
+        'new data beside the hand-written ones: FanOut(..., on_checkpoint_reset="new_epoch").\n'
+    ) in said
     assert pg.calls == []
 
     pg = ScriptedSink("pg")  # the way printed
