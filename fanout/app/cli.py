@@ -515,7 +515,7 @@ def _agreed(
     if not same:
         raise ConfigurationError(
             f"{flag} {given}: {file} says {configured}: drop {flag} (the pipeline file says "
-            "where it is) or give the pipeline's own file"
+            f"{'where it is' if path else 'which it is'}) or give the pipeline's own file"
         )
     return given
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
+import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fanout.app.interval import interval_ms
+from fanout.contract.locations import local_path, shown_location, uncreatable_directory
 from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, coerce_text
 from fanout.errors import ConfigurationError, shell_word
@@ -235,6 +238,8 @@ def _check_value(path: str, value: Any) -> None:
     """Refuse a number out of its range, an infinite or NaN float, an empty path."""
     if path in NON_EMPTY and not value.strip():
         raise ConfigurationError(f"{path}: must not be empty")
+    if path == "pipeline.checkpoint":
+        _check_checkpoint(value)
     if path not in MINIMUMS:
         return
     least, allowed = MINIMUMS[path]
@@ -245,6 +250,28 @@ def _check_value(path: str, value: Any) -> None:
         raise ConfigurationError(f"{path}: must be {bound}, got {value!r}")
     if path in MAXIMUMS and value > MAXIMUMS[path]:
         raise ConfigurationError(f"{path}: must be <= {MAXIMUMS[path]:g}, got {value!r}")
+
+
+_OTHER_SCHEME = re.compile(r"(?!file:)[A-Za-z][A-Za-z0-9+.-]+:")
+"""A URI of another filesystem without ``//`` (``dbfs:/checkpoints``, ``s3a:/b/x``): Hadoop
+reads a colon before the first slash as a scheme's, so no local path is named."""
+
+
+def _check_checkpoint(location: str) -> None:
+    """Refuse a local checkpoint location that is a file or lies under one: Spark failed
+    to start the query there, after the sinks were opened, with a Java traceback."""
+    local = local_path(location)
+    if local is None or _OTHER_SCHEME.match(location):
+        return
+    if os.path.exists(local) and not os.path.isdir(local):
+        problem = (
+            "it is a file, not a directory: Spark keeps the query's checkpoint in a "
+            "directory; give a directory, or a path where nothing is yet (Spark creates it)"
+        )
+    else:
+        problem = uncreatable_directory(local) or ""
+    if problem:
+        raise ConfigurationError(f"pipeline.checkpoint: {shown_location(location)!r}: {problem}")
 
 
 def _coerce(value: Any, expected: type | tuple[type, ...] | None) -> Any:
@@ -278,7 +305,11 @@ def _check_trigger_key(key: str, value: Any) -> None:
     if key not in TRIGGER_KEYS:
         raise _unknown("pipeline.trigger.", key, list(TRIGGER_KEYS))
     if not isinstance(value, TRIGGER_KEYS[key]):
-        raise ConfigurationError(f"pipeline.trigger.{key}: expected {TRIGGER_KEYS[key].__name__}")
+        example = "true" if TRIGGER_KEYS[key] is bool else '"10 seconds"'
+        raise ConfigurationError(
+            f"pipeline.trigger.{key}: expected {TRIGGER_KEYS[key].__name__}, got {value!r}; "
+            f"write trigger = {{ {key} = {example} }}"
+        )
     if key in ("available_now", "once") and value is False:
         raise ConfigurationError(
             f"pipeline.trigger.{key}: false is not a trigger (Spark would run its default "

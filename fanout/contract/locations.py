@@ -30,6 +30,26 @@ def local_path(location: str) -> str | None:
     return location
 
 
+def uncreatable_directory(local: str) -> str | None:
+    """Why no directory can be created at the missing local path ``local``, or ``None``:
+    its nearest existing ancestor is a file. Without this check a table there failed only
+    at its first write (a sink's first batch, a dead letter's first refused row, perhaps
+    weeks later) with delta-rs' "Could not create local directory"; a checkpoint there,
+    with a Java traceback when Spark started the query. Permissions are not
+    checked (the tests and many drivers run as root, whom ``os.access`` always lets in)."""
+    if os.path.exists(local):
+        return None
+    ancestor = os.path.dirname(os.path.abspath(local))
+    while not os.path.exists(ancestor) and os.path.dirname(ancestor) != ancestor:
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        return (
+            f"{ancestor!r} is a file, so no directory can be created under it; give a "
+            "path under a directory"
+        )
+    return None
+
+
 def command_location(location: str) -> str:
     """How a command fanout prints (``fanout ledger skip --ledger ...``) names ``location``,
     so that it runs from any directory: a plain local path made absolute (from the current

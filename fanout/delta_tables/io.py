@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fanout.contract.locations import local_path, shown_location
+from fanout.contract.locations import local_path, shown_location, uncreatable_directory
 from fanout.contract.sql import sql_identifier, sql_literal
 from fanout.errors import ConfigurationError, FanoutError, HistoryUnsettledError
 
@@ -55,7 +55,8 @@ def unusable_location(
     """Why delta-rs cannot keep a table at ``path`` for fanout, or ``None``.
 
     A local path that is a file: a Delta table is a directory (delta-rs says the path
-    "does not exist"). A missing local path under a file (:func:`_uncreatable`).
+    "does not exist"). A missing local path under a file
+    (:func:`fanout.contract.locations.uncreatable_directory`).
 
     A local path holding a percent escape (``/data/a%41b``; in a ``file:`` URL, an escaped
     ``%``: ``file:/data/a%2541b``): delta-rs (1.x) creates the directory as named, then
@@ -71,7 +72,7 @@ def unusable_location(
         return unsafe_commits(storage_options, environ)
     if os.path.exists(local) and not os.path.isdir(local):
         return _A_FILE
-    uncreatable = _uncreatable(local)
+    uncreatable = uncreatable_directory(local)
     if uncreatable is not None:
         return uncreatable
     found = _PERCENT_ESCAPE.search(local)
@@ -83,25 +84,6 @@ def unusable_location(
         f"at the decoded name. Rename the directory so that no '%' is followed by two hex "
         f"digits"
     )
-
-
-def _uncreatable(local: str) -> str | None:
-    """Why no directory can be created at the missing local path ``local``, or ``None``:
-    its nearest existing ancestor is a file. Without this check a table there failed only
-    at its first write (a sink's first batch, a dead letter's first refused row, perhaps
-    weeks later) with delta-rs' "Could not create local directory". Permissions are not
-    checked (the tests and many drivers run as root, whom ``os.access`` always lets in)."""
-    if os.path.exists(local):
-        return None
-    ancestor = os.path.dirname(os.path.abspath(local))
-    while not os.path.exists(ancestor) and os.path.dirname(ancestor) != ancestor:
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        return (
-            f"{ancestor!r} is a file, so no directory can be created under it; give a "
-            "path under a directory"
-        )
-    return None
 
 
 def unsafe_commits(

@@ -46,6 +46,7 @@ from fanout.errors import CheckpointResetError, CheckpointRollbackError
 from fanout.ledger.entry import Ledger, LedgerEntry, ledger_location
 from fanout.steps.guard_text import (
     LedgerFacts,
+    by_hand_message,
     describe_plan,
     owner_message,
     reset_message,
@@ -174,6 +175,8 @@ class CheckpointGuard:
             foreign = [e for e in newer if e.query_id not in (None, info.query_id)]
             if foreign:
                 raise CheckpointResetError(reset_message(info, self._facts(info)))
+            if info.source_offsets is not None and newer and all(map(_by_hand, newer)):
+                raise CheckpointResetError(by_hand_message(info, newer, self._facts(info)))
         same_batch = [e for e in newer if e.batch_id == info.batch_id]
         outcomes = [compare_plan(e, info) for e in same_batch]
         if high > info.batch_id or False in outcomes:
@@ -222,6 +225,17 @@ class CheckpointGuard:
         if kind not in self._warned:
             self._warned.add(kind)
             log.warning(message, info.pipeline, info.batch_id)
+
+
+def _by_hand(entry: LedgerEntry) -> bool:
+    """A mark of a ``FanOut`` called outside a streaming query (``fo(df, 0)``): no query
+    id, no plan, no note (a skip's or a recovery's marks carry one)."""
+    return (
+        entry.query_id is None
+        and entry.source_offsets is None
+        and entry.batch_timestamp_ms is None
+        and entry.error is None
+    )
 
 
 def check_checkpoint(ledger: Ledger, info: BatchInfo, high: int | None) -> None:

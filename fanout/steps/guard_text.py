@@ -229,6 +229,39 @@ def reset_message(info: BatchInfo, facts: LedgerFacts) -> str:
     return facts.refusal(info, [what], ways)
 
 
+def by_hand_message(info: BatchInfo, marks: Sequence[LedgerEntry], facts: LedgerFacts) -> str:
+    """The refusal of a query's batch where the ledger holds only marks of a ``FanOut``
+    called by hand (no query id, no source offsets): the sinks would skip the query's
+    batches. A new epoch writes them."""
+    held = "; ".join(
+        f"batch {batch}: {'sink' if len(sinks) == 1 else 'sinks'} {', '.join(sorted(sinks))}"
+        for batch, sinks in sorted(_sinks_per_batch(marks).items())
+    )
+    what = (
+        f"pipeline {info.pipeline!r}: Spark handed batch {info.batch_id} of query "
+        f"{info.query_id}, but the ledger's marks of this pipeline at or after it ({held}) "
+        "have no query id and no source offsets: a FanOut called outside a streaming query "
+        "(fo(df, batch_id) on a plain DataFrame, in a test or a notebook) wrote them into "
+        "this ledger. fanout refuses to write, because the sinks holding them would skip "
+        "this query's batches."
+    )
+    once = " (this run only: later runs refuse resets again)" if facts.config else ""
+    ways = [
+        "  1. Continue this query under a new epoch, its batches written as new data "
+        f"beside the hand-written ones: {new_epoch_way(facts.config)}{once}.",
+        "  2. Or run this query under a pipeline name of its own (a new name: no marks), "
+        "and keep calls by hand out of this ledger (a ledger or pipeline name for them).",
+    ]
+    return facts.refusal(info, [what], ways)
+
+
+def _sinks_per_batch(marks: Sequence[LedgerEntry]) -> dict[int, set[str]]:
+    found: dict[int, set[str]] = {}
+    for mark in marks:
+        found.setdefault(mark.batch_id, set()).add(mark.sink)
+    return found
+
+
 def rollback_message(
     info: BatchInfo, high: int, same_batch: Sequence[LedgerEntry], facts: LedgerFacts
 ) -> str:

@@ -104,7 +104,7 @@ def test_skip_config_flags_must_agree_with_the_file(
     assert main([*base, "--pipeline", "other"]) == 2
     assert readout(capsys).err == (
         f"fanout: configuration error: --pipeline other: {config} says gap: drop --pipeline "
-        "(the pipeline file says where it is) or give the pipeline's own file\n"
+        "(the pipeline file says which it is) or give the pipeline's own file\n"
     )
     assert main([*base, "--ledger", str(tmp_path / "elsewhere")]) == 2
     assert readout(capsys).err == (

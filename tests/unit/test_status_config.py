@@ -178,7 +178,7 @@ def test_status_refuses_a_flag_contradicting_the_file_and_needs_a_ledger(
     assert main(["status", "--config", config, "--pipeline", "other"]) == 2
     assert readout(capsys).err == (
         f"fanout: configuration error: --pipeline other: {config} says p: drop --pipeline "
-        "(the pipeline file says where it is) or give the pipeline's own file\n"
+        "(the pipeline file says which it is) or give the pipeline's own file\n"
     )
     assert main(["status"]) == 2
     assert readout(capsys).err == (

@@ -42,12 +42,14 @@ def run(args: argparse.Namespace) -> int:
     register_secrets(secrets)  # the CLI's stderr masks them too
     shown = pgurl.display(url)
     try:
-        result = upgrade(url, schema=args.schema)
+        result = upgrade(url, schema=args.schema, named="--schema")
     except FanoutError:
         raise
     except Exception as exc:
-        message = redact(f"{type(exc).__name__}: {exc}", secrets)
-        raise FanoutError(f"migrating {shown} failed: {message}") from None
+        said = f"migrating {shown} failed: {_said(exc, secrets)}"
+        if _refused(exc):  # the url is wrong, not the server down: exit 2
+            raise ConfigurationError(said) from None
+        raise FanoutError(said) from None
     if result.changed:
         print(
             f"{shown}: schema {result.schema!r} upgraded {result.before or '(empty)'} -> "
@@ -65,3 +67,32 @@ MIGRATE = CliCommand(
     run=run,
 )
 """The ``fanout migrate`` command."""
+
+
+def _said(exc: Exception, secrets: tuple[str, ...]) -> str:
+    """The driver's error on one line, without SQLAlchemy's "Background on this error"
+    link, and what to check when the server could not be reached or refused the login."""
+    from fanout_postgres.sqlstate import classify
+
+    text = f"{type(exc).__name__}: {exc}".split("\n(Background on this error")[0]
+    said = redact(" ".join(line.strip() for line in text.splitlines() if line.strip()), secrets)
+    cause = getattr(exc, "orig", None) or exc
+    if _refused(exc):
+        return (
+            f"{said}; the server refused the connection: check the user, password and "
+            "database in --url, and the server's pg_hba.conf"
+        )
+    if classify(cause) == "transient":
+        return (
+            f"{said}; check the host and port in --url, and that the server runs and "
+            "accepts connections from this machine, then run the command again"
+        )
+    return said
+
+
+def _refused(exc: Exception) -> bool:
+    """The server answered and refused the login (a role, a database, a password)."""
+    from fanout_postgres.sqlstate import refused_login
+
+    cause = getattr(exc, "orig", None) or exc
+    return refused_login(cause) and getattr(cause, "pgcode", None) is None

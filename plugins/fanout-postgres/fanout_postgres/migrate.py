@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fanout.errors import ConfigurationError, shell_word
+from fanout_postgres.identifiers import quote
 from fanout_postgres.options import dotted_schema
 
 if TYPE_CHECKING:
@@ -214,12 +215,17 @@ def prepare_schema(connection: Connection, schema: str) -> None:
 
 
 def upgrade(
-    target: Any, *, schema: str = DEFAULT_SCHEMA, revision: str = "head"
+    target: Any,
+    *,
+    schema: str = DEFAULT_SCHEMA,
+    revision: str = "head",
+    named: str = "option state_schema",
 ) -> MigrationResult:
     """Bring fanout's tables in ``schema`` up to ``revision``; a no-op when already there.
 
     :param target: a SQLAlchemy URL (string or ``URL``) or an ``Engine``.
     :param schema: the schema holding fanout's tables (created when missing).
+    :param named: how a refusal names the schema's setting (``--schema`` for the command).
     :raises ConfigurationError: when SQLAlchemy or Alembic is not installed.
     """
     try:
@@ -245,6 +251,9 @@ def upgrade(
     engine = target if isinstance(target, Engine) else create_engine(target, poolclass=NullPool)
     try:
         with engine.connect() as conn, conn.begin():
+            problem = state_schema_problem(conn, schema, creates=True, named=named)
+            if problem is not None:
+                raise ConfigurationError(problem)
             prepare_schema(conn, schema)  # serialises concurrent upgrades until COMMIT
             before = current_revision(conn, schema)
             ahead = ahead_of_code(before, schema)
@@ -261,6 +270,73 @@ def upgrade(
 
 def _quoted(connection: Connection, name: str) -> str:
     return str(connection.dialect.identifier_preparer.quote(name))
+
+
+def state_schema_problem(
+    connection: Connection, schema: str, *, creates: bool, named: str = "option state_schema"
+) -> str | None:
+    """Why the connection's role cannot keep fanout's tables in ``schema``, with the GRANT
+    that lets it, or ``None``: the schema exists and the role may not use it, or may not
+    read and write fanout's tables there (``SELECT`` on the version table, ``SELECT,
+    INSERT, UPDATE, DELETE`` on the others, those present); or, when ``creates`` (option
+    ``migrate``), it holds no version table yet and the role may not create tables in it,
+    or it is missing and the role may not create schemas in the database. ``named``: how
+    the message names the schema's setting. One query. Without this check ``fanout
+    validate`` called such a sink valid, and ``fanout run`` and ``fanout migrate`` failed
+    with PostgreSQL's "permission denied" alone."""
+    from sqlalchemy import bindparam, text
+
+    role, database, present, usable, creatable, unwritable, fillable = connection.execute(
+        text(
+            "SELECT current_user, current_database(), n.oid IS NOT NULL, "
+            "n.oid IS NOT NULL AND has_schema_privilege(n.oid, 'USAGE'), "
+            "has_database_privilege(current_database(), 'CREATE'), "
+            "ARRAY(SELECT c.relname::text FROM pg_class c WHERE c.relnamespace = n.oid "
+            "AND c.relkind IN ('r', 'p') AND c.relname IN :tables "
+            "AND NOT (has_table_privilege(c.oid, 'SELECT') AND (c.relname = :version OR "
+            "(has_table_privilege(c.oid, 'INSERT') AND has_table_privilege(c.oid, 'UPDATE') "
+            "AND has_table_privilege(c.oid, 'DELETE')))) ORDER BY c.relname), "
+            "n.oid IS NULL OR has_schema_privilege(n.oid, 'CREATE') OR EXISTS (SELECT FROM "
+            "pg_class v WHERE v.relnamespace = n.oid AND v.relname = :version) "
+            "FROM (SELECT to_regnamespace(quote_ident(:schema)) AS oid) AS n"
+        ).bindparams(bindparam("tables", expanding=True)),
+        {"schema": schema, "version": VERSION_TABLE, "tables": _state_tables(schema)},
+    ).one()
+    tables_grant = (
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {quote(schema)} TO "
+        f"{quote(role)}"
+    )
+    if present and not usable:
+        return (
+            f"role {role!r} may not use schema {schema!r}, which holds fanout's state tables "
+            f"({named}); grant it (GRANT USAGE ON SCHEMA {quote(schema)} TO "
+            f"{quote(role)}; {tables_grant}), or name a schema it owns in {named}"
+        )
+    if present and unwritable:
+        return (
+            f"role {role!r} may not read and write fanout's state tables "
+            f"{', '.join(f'{schema}.{t}' for t in unwritable)} ({named}); grant it "
+            f"({tables_grant}), or name a schema it owns in {named}"
+        )
+    if present and creates and not fillable:
+        return (
+            f"role {role!r} may not create fanout's state tables in schema {schema!r} "
+            f"({named}), which holds none yet; grant it (GRANT CREATE ON SCHEMA "
+            f"{quote(schema)} TO {quote(role)}), or name a schema the role owns in {named}"
+        )
+    if not present and creates and not creatable:
+        return (
+            f"role {role!r} may not create schema {schema!r} for fanout's state tables "
+            f"({named}) in database {database!r}; grant it (GRANT CREATE ON "
+            f"DATABASE {quote(database)} TO {quote(role)}), or create the schema for it "
+            f"(CREATE SCHEMA {quote(schema)} AUTHORIZATION {quote(role)})"
+        )
+    return None
+
+
+def _state_tables(schema: str) -> list[str]:
+    """fanout's tables in ``schema`` at head and the version table."""
+    return [*_head_tables(schema), VERSION_TABLE]
 
 
 def migration_problem(

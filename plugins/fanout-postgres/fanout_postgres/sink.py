@@ -91,7 +91,7 @@ from fanout_postgres.membership import (
     upsert_routes_of,
     vanished_sink_marks,
 )
-from fanout_postgres.migrate import migration_problem
+from fanout_postgres.migrate import migration_problem, state_schema_problem
 from fanout_postgres.options import as_list, check_options, schema_of
 from fanout_postgres.plan import (
     PlanError,
@@ -275,6 +275,9 @@ class PostgresSink(PartitionedSink):
             with engine.connect() as conn:
                 conn.execute(_sa().text("SELECT 1"))
                 self._check_settings(conn)
+                problem = state_schema_problem(conn, self.state_schema, creates=self.migrate)
+                if problem is not None:
+                    raise self._error(problem)
             if self.migrate and checking:
                 self._would_migrate(engine, context)
             elif self.migrate:

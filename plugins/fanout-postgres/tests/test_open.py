@@ -345,7 +345,8 @@ def test_create_table_refused_at_open_when_the_table_could_not_be_created(pg_url
     _open(pg_url, table="made", keys=["id"], create_table=True)  # migrates fanout's schema
     role = f"nocreate_{uuid.uuid4().hex[:6]}"
     execute(pg_url, f"CREATE ROLE {role} LOGIN", f"GRANT USAGE ON SCHEMA fanout TO {role}",
-            f"GRANT SELECT ON ALL TABLES IN SCHEMA fanout TO {role}")  # fmt: skip
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA fanout "
+            f"TO {role}")  # fmt: skip
     as_role = pg_url.replace("://postgres@", f"://{role}@", 1)
     with pytest.raises(ConfigurationError) as refused:
         _open(as_role, table="made", keys=["id"], create_table=True, migrate=False,
