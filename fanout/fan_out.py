@@ -106,7 +106,7 @@ from fanout.steps.owners import release as release_sinks
 from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
-from fanout.steps.renamed import Spooled, refuse_renamed
+from fanout.steps.renamed import Spooled, refuse_renamed, refuse_renamed_at_reset
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.source_fit import refuse_unfit
@@ -956,9 +956,12 @@ class FanOut:
     def _refuse_unmarked(self, info: BatchInfo) -> None:
         """Before a new epoch starts: refuse the start when an open sink holds the batch
         after its last mark of the epoch replaced, or when the ledger would refuse it
-        (:meth:`Admission.check_start <fanout.steps.admit.Admission.check_start>`), with
-        nothing fenced; else close that epoch to the sinks' writes still in flight and ask
-        again (:mod:`fanout.steps.unmarked`)."""
+        (:meth:`Admission.check_start <fanout.steps.admit.Admission.check_start>`), or
+        when a sink with no mark of the epoch holds the batch after a vanished sink's last
+        mark under that sink's name (renamed between a crash and the reset:
+        :func:`fanout.steps.renamed.refuse_renamed_at_reset`), with nothing fenced; else
+        close that epoch to the sinks' writes still in flight and ask again
+        (:mod:`fanout.steps.unmarked`)."""
         not_opened = self.lagging.not_opened()
         opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
         spooled = None if self.spool is None else self.lagging.spooled_through
@@ -966,6 +969,11 @@ class FanOut:
         unopened = {  # a sink type that cannot tell passes unasked, opened or not
             n: error for n, error in not_opened.items() if answers_holds_batch(self.sinks[n])
         }
+        renamed = refuse_renamed_at_reset(
+            self.pipeline, info.epoch, self.ledger, self.specs, opened, timeouts
+        )
+        if renamed is not None:  # before any fence: nothing of the start is written
+            raise renamed
         self._fenced = refuse_unmarked(
             info, self.ledger, opened, spooled, timeouts, unopened,
             before_fence=partial(self._admission.check_start, info),
