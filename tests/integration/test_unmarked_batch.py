@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from fanout import BatchInfo, hookimpl
-from fanout.errors import CheckpointResetError, UnmarkedBatchError
+from fanout.errors import CheckpointResetError, TargetLostError, UnmarkedBatchError
 from fanout.ledger.delta import DeltaLedger
 from tests.in_process_cli import Cli
 from tests.integration import two_sink_resets as resets
@@ -147,6 +147,56 @@ def test_giving_the_unmarked_batch_up_for_the_other_sinks(
     assert _ids(tmp_path, "bronze") == list(range(50))
     assert _ids(tmp_path, "silver") == [*range(30), *range(40, 50)]
     assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("unmarked") == 1
+
+
+def test_a_dropped_table_after_the_unmarked_batch_refusal_is_still_a_lost_target(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """The reset's lost-target check passes over bronze's lost mark 3 once its copy was
+    removed (choice 1 above; before, that refused the reset with a TargetLostError about
+    batch 3), but asks about its mark before it: bronze's table dropped instead of
+    restored is refused, naming batch 2 of epoch 0, nothing of epoch 1 written."""
+    import shutil
+
+    _killed_after_bronze_wrote_batch_3(spark, tmp_path, fanout_cli)
+    with pytest.raises(UnmarkedBatchError):
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    shutil.rmtree(tmp_path / "bronze")
+    assert "Resume after batch 2" in _recover(tmp_path, fanout_cli)
+    with pytest.raises(TargetLostError) as refused:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    assert str(refused.value).startswith(
+        f"sink 'bronze', batch 2: pipeline 'unmarked': path '{tmp_path / 'bronze'}' no longer "
+        "holds batch 2 of epoch 0, which the ledger marks written there"
+    )
+    assert not (tmp_path / "bronze").exists()
+    assert _ids(tmp_path, "silver") == list(range(30))
+
+
+def test_the_copy_removed_after_the_batch_was_given_up_for_the_others_is_a_lost_target(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """Choice 2 (batch 3 given up for silver, resume after batch 3), and bronze's copy
+    removed all the same: the new epoch starts after batch 3, so bronze would never get
+    rows 30-39 again. Its lost mark 3 is then asked about as a mark (not passed over as
+    in choice 1): the reset is refused naming batch 3, nothing of epoch 1 written."""
+    from deltalake import DeltaTable
+
+    _killed_after_bronze_wrote_batch_3(spark, tmp_path, fanout_cli)
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    skip = str(refused.value).split("  2. Or give batch 3 up for silver: `")[1].split("`")[0]
+    assert fanout_cli(*skip.split()[1:]).returncode == 0
+    DeltaTable(str(tmp_path / "bronze")).restore(2)
+    assert "Resume after batch 3" in _recover(tmp_path, fanout_cli)
+    with pytest.raises(TargetLostError) as lost:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-newer", 0, 40)
+    assert str(lost.value).startswith(
+        f"sink 'bronze', batch 3: pipeline 'unmarked': path '{tmp_path / 'bronze'}' no longer "
+        "holds batch 3 of epoch 0, which the ledger marks written there"
+    )
+    assert _ids(tmp_path, "bronze") == list(range(30))
+    assert _ids(tmp_path, "silver") == list(range(30))
 
 
 class KillInTheFirstBatch:
