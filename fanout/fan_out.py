@@ -970,8 +970,9 @@ class FanOut:
             n: error for n, error in not_opened.items() if answers_holds_batch(self.sinks[n])
         }
         renamed = refuse_renamed_at_reset(
-            self.pipeline, info.epoch, self.ledger, self.specs, opened, timeouts
-        )
+            self.pipeline, info.epoch, self.ledger, self.specs, opened, timeouts,
+            self._spooled(info.epoch),
+        )  # fmt: skip
         if renamed is not None:  # before any fence: nothing of the start is written
             raise renamed
         self._fenced = refuse_unmarked(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fanout import FanOut
+from fanout import BatchInfo, FanOut
 from fanout.errors import RenamedSinkError, UnmarkedBatchError
 from fanout.ledger.delta import DeltaLedger
 from tests.in_process_cli import Cli
@@ -98,3 +98,63 @@ def test_renaming_it_back_is_the_unmarked_batch_refusal(
     )
     assert _ids(tmp_path, "bronze") == list(range(40))
     assert _ids(tmp_path, "silver") == list(range(30))
+
+
+def _lagging(tmp_path: Path, name: str) -> FanOut:
+    """test_renamed_lagging_sink's pipeline (``lake``, and ``name`` lagging on table
+    ``copy``), accepting a checkpoint reset."""
+    return FanOut(
+        "ren", str(tmp_path / "ledger"),
+        [{"type": "delta", "name": "lake", "path": str(tmp_path / "lake")},
+         {"type": "delta", "name": name, "path": str(tmp_path / "copy"), "on_failure": "lag",
+          "retries": 0}],
+        retries=0, backoff_s=0, spool=str(tmp_path / "spool"), probe_interval_s=3600,
+        on_checkpoint_reset="new_epoch",
+    )  # fmt: skip
+
+
+def _process(spark: Any, fan: FanOut, batch: int, first: int) -> None:
+    """``fan`` processes orders ``first`` .. ``first + 2`` as batch ``batch`` of query
+    ``q-new`` (a new checkpoint), then is closed."""
+    try:
+        df = spark.range(first, first + 3).withColumnRenamed("id", "order_id")
+        fan.process(df, BatchInfo("ren", batch, "q-new", [{"s": 3}]))
+    finally:
+        fan.close()
+
+
+def test_a_lagging_sink_renamed_at_a_reset_is_refused(spark: Any, tmp_path: Path) -> None:
+    """``copy`` lags on batches 1 and 2 (spooled), then is renamed ``copy2`` (same table)
+    at a checkpoint reset. Before, the new epoch started, ``copy2`` wrote its batch 0
+    (orders 30-32) and the table never got batches 1-2 (orders 10-12, 20-22): only the
+    start's warning said the spool kept them for a sink not configured. Now the start is
+    refused, nothing written; its first way on, run as printed (renamed back, restarted),
+    starts the new epoch and ``copy`` catches up from the spool: every order once."""
+    from tests.integration.test_renamed_lagging_sink import _ids as copy_ids
+    from tests.integration.test_renamed_lagging_sink import _lag_on_batches_1_and_2
+
+    assert _lag_on_batches_1_and_2(spark, tmp_path) == [(1, ["copy"]), (2, ["copy"])]
+    with pytest.raises(RenamedSinkError) as refused:
+        _process(spark, _lagging(tmp_path, "copy2"), 0, 30)
+    message = str(refused.value)
+    assert message.startswith(f"sink 'copy2', batch 3: path '{tmp_path / 'copy'}' holds batch 0 "
+                              "of sink 'copy' (epoch 0")  # fmt: skip
+    assert "keeps batches 1-2 of epoch 0 for sink 'copy', which lagged" in message
+    assert "Either rename the sink back to 'copy' and restart: it catches up from the spool" in (
+        message
+    )
+    assert sorted(copy_ids(tmp_path / "copy")) == [0, 1, 2]
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("ren") == 0
+
+    back = _lagging(tmp_path, "copy")
+    try:
+        back.process(
+            spark.range(30, 33).withColumnRenamed("id", "order_id"),
+            BatchInfo("ren", 0, "q-new", [{"s": 3}]),
+        )
+        assert {n: s.state for n, s in back.catch_up(timeout_s=120).items()} == {"copy": "live"}
+    finally:
+        back.close()
+    expected = [0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32]
+    assert sorted(copy_ids(tmp_path / "copy").elements()) == expected
+    assert sorted(copy_ids(tmp_path / "lake").elements()) == expected
