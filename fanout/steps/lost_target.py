@@ -35,7 +35,7 @@ from collections.abc import Collection, Iterator, Mapping
 
 from fanout.contract.sink import PartlyHeld, Sink
 from fanout.errors import TargetLostError, shell_word
-from fanout.ledger.entry import Ledger, ledger_location
+from fanout.ledger.entry import Ledger, ledger_location, refused_query
 from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import redact
 from fanout.steps.holds import (
@@ -85,6 +85,7 @@ def refuse_lost_targets(
     timeouts: Mapping[str, float] | None = None,
     pipeline_file: str | None = None,
     lags: Collection[str] = (),
+    query_id: str | None = None,
 ) -> dict[str, TargetLostError]:
     """Raise :class:`fanout.TargetLostError` for the first sink of ``sinks`` (open, with a
     mark in ``marks``, of ``epoch``) whose target, by its own records, no longer holds its
@@ -99,7 +100,8 @@ def refuse_lost_targets(
     ``write_timeout_s``, whose answer is waited for that long (no answer: cannot tell, the
     run goes on as before).
     ``pipeline_file``: the file ``fanout run`` runs (absolute), which the refusal's command
-    names."""
+    names. ``query_id``: the query starting the epoch after ``epoch`` (a checkpoint reset),
+    whose refused start's lost marks its checkpoint writes again (:func:`_written`)."""
     bounds = timeouts or {}
     lost: dict[str, TargetLostError] = {}
     for name, sink in sorted(sinks.items()):
@@ -109,7 +111,7 @@ def refuse_lost_targets(
         bound = bounds.get(name)
         batch, (answer, reason) = mark, _answer(sink, pipeline, epoch, mark, bound)
         if answer is False:
-            written = _written(ledger, pipeline, epoch, name, mark)
+            written = _written(ledger, pipeline, epoch, name, mark, query_id)
             if not written:
                 continue
             if written[0][0] != mark:
@@ -184,7 +186,7 @@ def _answer(
 
 
 def _written(
-    ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: int
+    ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: int, query_id: str | None = None
 ) -> list[tuple[int, bool]]:
     """The sink's marks of ``epoch`` at or before ``mark`` that wrote rows to its target,
     newest first, each with whether it is a lost mark that the next batch may write again
@@ -192,15 +194,26 @@ def _written(
     records holding it, while another sink's last mark of ``epoch`` is before it: the
     unmarked batch's refusal then offers to remove that copy and resume after the batch
     before it, :mod:`fanout.steps.unmarked`). Such a mark whose batch the target no longer
-    holds passes to the one before it. Not while every other sink marked the batch (a
-    skip too): the new epoch resumes after it, and a removed copy is a loss."""
+    holds passes to the one before it. So does one recorded at the refusal of ``query_id``
+    (the query starting the next epoch now, not ``None``), a pipeline of one sink too: its
+    checkpoint was refused for re-reading the batch (the refusal's "remove the copy and
+    start this query again"). Not while every other sink marked the batch (a skip too) and
+    the query is another: the new epoch resumes after it, and a removed copy is a loss."""
+    again = None if query_id is None else refused_query(query_id, epoch)
     entries = [e for e in ledger.committed_entries(pipeline, 0, epoch) if e.epoch == epoch]
     others: dict[str, int] = {}
     for e in entries:
         if e.sink != sink:
             others[e.sink] = max(others.get(e.sink, e.batch_id), e.batch_id)
     written = [
-        (e.batch_id, bool(e.lost) and any(m < e.batch_id for m in others.values()))
+        (
+            e.batch_id,
+            bool(e.lost)
+            and (
+                any(m < e.batch_id for m in others.values())
+                or (again is not None and (e.error or "").startswith(again))
+            ),
+        )
         for e in entries
         if e.sink == sink
         and e.batch_id <= mark

@@ -301,3 +301,48 @@ def test_a_merge_batch_written_but_never_marked_lets_the_new_epoch_start(
         + [(0, "bronze", 3), (1, "bronze", 0), (1, "silver", 0)]
     )
     assert DeltaLedger(str(tmp_path / "ledger")).current_epoch(PIPELINE) == 1
+
+
+def _alone(tmp_path: Path, *plugins: object, on_reset: str = "refuse") -> Any:
+    """The pipeline with ``bronze`` its only sink."""
+    from fanout import FanOut
+
+    return FanOut(
+        PIPELINE,
+        str(tmp_path / "ledger"),
+        [{"type": "delta", "name": "bronze", "path": str(tmp_path / "bronze")}],
+        on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+        plugins=plugins,
+        parallelism=1,
+        retries=0,
+    )
+
+
+def test_a_single_sink_removes_its_copy_and_restarts_the_refused_query(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A pipeline of one sink, bronze: batch 3 (rows 30-39) written, unmarked, and the reset
+    refused. Its way on, "remove bronze's copy as said above and start this query again",
+    run as printed (the table restored to version 2, query-new restarted after batch 2):
+    the new epoch writes rows 30-39 once. Before, no other sink's mark was below batch 3,
+    so the reset's lost-target check counted the lost mark 3 as held and refused the
+    restart with a TargetLostError about batch 3 of epoch 0."""
+    from deltalake import DeltaTable
+
+    old = _alone(tmp_path, KillAfterWrite())
+    for batch in range(3):
+        _run(old, spark, OLD, batch, batch * ROWS)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, OLD, 3, 30)
+    assert _ids(tmp_path, "bronze") == list(range(40))
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_alone(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    message = str(refused.value)
+    assert "Or remove bronze's copy as said above and start this query again, not a new " in (
+        message
+    )
+    assert "restore the table to version 2" in message
+    DeltaTable(str(tmp_path / "bronze")).restore(2)
+    _run(_alone(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    assert _ids(tmp_path, "bronze") == list(range(40))
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch(PIPELINE) == 1
