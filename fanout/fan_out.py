@@ -1130,7 +1130,7 @@ class FanOut:
             lost |= refuse_lost_targets(
                 self.pipeline, before, self.ledger, {n: sinks[n] for n in found}, found,
                 self._accept_lost, timeouts, self.pipeline_file, lags,
-                query_id if before == epoch - 1 else None,
+                query_id if before == epoch - 1 else None, self.specs,
             )  # fmt: skip
         return lost
 

@@ -86,6 +86,7 @@ def refuse_lost_targets(
     pipeline_file: str | None = None,
     lags: Collection[str] = (),
     query_id: str | None = None,
+    configured: Collection[str] | None = None,
 ) -> dict[str, TargetLostError]:
     """Raise :class:`fanout.TargetLostError` for the first sink of ``sinks`` (open, with a
     mark in ``marks``, of ``epoch``) whose target, by its own records, no longer holds its
@@ -101,7 +102,9 @@ def refuse_lost_targets(
     run goes on as before).
     ``pipeline_file``: the file ``fanout run`` runs (absolute), which the refusal's command
     names. ``query_id``: the query starting the epoch after ``epoch`` (a checkpoint reset),
-    whose refused start's lost marks its checkpoint writes again (:func:`_written`)."""
+    whose refused start's lost marks its checkpoint writes again (:func:`_written`).
+    ``configured``: the sinks the pipeline configures now (``None``: every sink the ledger
+    names), whose marks tell where the new epoch resumes."""
     bounds = timeouts or {}
     lost: dict[str, TargetLostError] = {}
     for name, sink in sorted(sinks.items()):
@@ -111,7 +114,7 @@ def refuse_lost_targets(
         bound = bounds.get(name)
         batch, (answer, reason) = mark, _answer(sink, pipeline, epoch, mark, bound)
         if answer is False:
-            written = _written(ledger, pipeline, epoch, name, mark, query_id)
+            written = _written(ledger, pipeline, epoch, name, mark, query_id, configured)
             if not written:
                 continue
             if written[0][0] != mark:
@@ -186,7 +189,13 @@ def _answer(
 
 
 def _written(
-    ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: int, query_id: str | None = None
+    ledger: Ledger,
+    pipeline: str,
+    epoch: int,
+    sink: str,
+    mark: int,
+    query_id: str | None = None,
+    configured: Collection[str] | None = None,
 ) -> list[tuple[int, bool]]:
     """The sink's marks of ``epoch`` at or before ``mark`` that wrote rows to its target,
     newest first, each with whether it is a lost mark that the next batch may write again
@@ -198,12 +207,14 @@ def _written(
     (the query starting the next epoch now, not ``None``), a pipeline of one sink too: its
     checkpoint was refused for re-reading the batch (the refusal's "remove the copy and
     start this query again"). Not while every other sink marked the batch (a skip too) and
-    the query is another: the new epoch resumes after it, and a removed copy is a loss."""
+    the query is another: the new epoch resumes after it, and a removed copy is a loss.
+    Only the sinks of ``configured`` count as other sinks: a sink removed from the pipeline
+    keeps its old, low mark, which says nothing of where the new epoch resumes."""
     again = None if query_id is None else refused_query(query_id, epoch)
     entries = [e for e in ledger.committed_entries(pipeline, 0, epoch) if e.epoch == epoch]
     others: dict[str, int] = {}
     for e in entries:
-        if e.sink != sink:
+        if e.sink != sink and (configured is None or e.sink in configured):
             others[e.sink] = max(others.get(e.sink, e.batch_id), e.batch_id)
     written = [
         (

@@ -346,3 +346,49 @@ def test_a_single_sink_removes_its_copy_and_restarts_the_refused_query(
     _run(_alone(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
     assert _ids(tmp_path, "bronze") == list(range(40))
     assert DeltaLedger(str(tmp_path / "ledger")).current_epoch(PIPELINE) == 1
+
+
+def test_a_removed_sinks_old_mark_does_not_pass_a_removed_copy(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """Sink ``audit`` wrote batches 0-1 and was then removed from the pipeline (its last
+    mark of epoch 0 is 1). Then choice 2 (batch 3 given up for silver, resume after batch
+    3, a new checkpoint), and bronze's copy removed all the same: the new epoch never
+    writes rows 30-39 to bronze again. Before, audit's old mark 1, below batch 3, passed
+    bronze's lost mark 3 as a copy the new epoch writes again: the reset started, and
+    bronze lost rows 30-39 silently. Now refused naming batch 3."""
+    from deltalake import DeltaTable
+
+    from fanout import FanOut
+
+    three = FanOut(
+        PIPELINE,
+        str(tmp_path / "ledger"),
+        [
+            {"type": "delta", "name": s, "path": str(tmp_path / s)}
+            for s in ("bronze", "silver", "audit")
+        ],
+        parallelism=1,
+        retries=0,
+    )
+    for batch in range(2):
+        _run(three, spark, OLD, batch, batch * ROWS)
+    three.close()
+    old = _fan(tmp_path, KillAfterWrite())
+    _run(old, spark, OLD, 2, 20)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, OLD, 3, 30)
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    skip = str(refused.value).split("  2. Or give batch 3 up for silver: `")[1].split("`")[0]
+    assert fanout_cli(*skip.split()[1:]).returncode == 0
+    DeltaTable(str(tmp_path / "bronze")).restore(2)
+    with pytest.raises(TargetLostError) as lost:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-newer", 0, 40)
+    assert str(lost.value).startswith(
+        f"sink 'bronze', batch 3: pipeline 'unmarked': path '{tmp_path / 'bronze'}' no longer "
+        "holds batch 3 of epoch 0, which the ledger marks written there"
+    )
+    assert _ids(tmp_path, "bronze") == list(range(30))
+    assert _ids(tmp_path, "silver") == list(range(30))
+    assert [m for m in _marks(tmp_path) if m[0] == 1] == []
