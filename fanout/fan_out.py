@@ -106,7 +106,7 @@ from fanout.steps.owners import release as release_sinks
 from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
-from fanout.steps.renamed import Spooled, refuse_renamed
+from fanout.steps.renamed import Spooled, refuse_renamed, refuse_renamed_at_reset
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.source_fit import refuse_unfit
@@ -956,9 +956,12 @@ class FanOut:
     def _refuse_unmarked(self, info: BatchInfo) -> None:
         """Before a new epoch starts: refuse the start when an open sink holds the batch
         after its last mark of the epoch replaced, or when the ledger would refuse it
-        (:meth:`Admission.check_start <fanout.steps.admit.Admission.check_start>`), with
-        nothing fenced; else close that epoch to the sinks' writes still in flight and ask
-        again (:mod:`fanout.steps.unmarked`)."""
+        (:meth:`Admission.check_start <fanout.steps.admit.Admission.check_start>`), or
+        when a sink with no mark of the epoch holds the batch after a vanished sink's last
+        mark under that sink's name (renamed between a crash and the reset:
+        :func:`fanout.steps.renamed.refuse_renamed_at_reset`), with nothing fenced; else
+        close that epoch to the sinks' writes still in flight and ask again
+        (:mod:`fanout.steps.unmarked`)."""
         not_opened = self.lagging.not_opened()
         opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
         spooled = None if self.spool is None else self.lagging.spooled_through
@@ -966,6 +969,12 @@ class FanOut:
         unopened = {  # a sink type that cannot tell passes unasked, opened or not
             n: error for n, error in not_opened.items() if answers_holds_batch(self.sinks[n])
         }
+        renamed = refuse_renamed_at_reset(
+            self.pipeline, info.epoch, self.ledger, self.specs, opened, timeouts,
+            self._spooled(info.epoch),
+        )  # fmt: skip
+        if renamed is not None:  # before any fence: nothing of the start is written
+            raise renamed
         self._fenced = refuse_unmarked(
             info, self.ledger, opened, spooled, timeouts, unopened,
             before_fence=partial(self._admission.check_start, info),
@@ -983,7 +992,7 @@ class FanOut:
         """Once per run, before its first batch writes: refuse it when a sink's target no
         longer holds its last marked batch (:mod:`fanout.steps.lost_target`)."""
         if not self._targets_checked:  # a new epoch has no marks: each sink's earlier ones
-            self._refuse_lost(state.info.epoch, state.marks or {})
+            self._refuse_lost(state.info.epoch, state.marks or {}, state.info.query_id)
             self._targets_checked = True
         if not self._renamed_checked:  # not by a catch-up's check before the first batch
             if state.marks is not None:  # before it reads which sinks are open
@@ -1088,21 +1097,28 @@ class FanOut:
         self._lose(self._lost_on_ledger([n for n in self.sinks if n not in unasked]))
         self._targets_checked = True
 
-    def _refuse_lost(self, epoch: int, marks: Mapping[str, int | None]) -> None:
+    def _refuse_lost(
+        self, epoch: int, marks: Mapping[str, int | None], query_id: str | None = None
+    ) -> None:
         """Refuse the run when a sink's target lost its last marked batch; a sink with
         ``on_failure="lag"`` lags with that error instead (:meth:`Lagging.lose`): the
         others go on; one a reopen's check refused before lags with that refusal."""
         unasked = self.lagging.unasked()
         opened = {n: s for n, s in self.sinks.items() if n not in unasked}
-        self._lose(self._lost_targets(opened, epoch, marks))
+        self._lose(self._lost_targets(opened, epoch, marks, query_id))
 
     def _lost_targets(
-        self, sinks: Mapping[str, Sink], epoch: int, marks: Mapping[str, int | None]
+        self,
+        sinks: Mapping[str, Sink],
+        epoch: int,
+        marks: Mapping[str, int | None],
+        query_id: str | None = None,
     ) -> dict[str, TargetLostError]:
         """The lost-target check of ``sinks`` about their ``marks`` of ``epoch``; a sink
         with no mark there (a checkpoint reset's new epoch, or a sink lagging since before
         it) about its last mark of the newest epoch before that holds one
-        (:func:`fanout.steps.lost_target.earlier_marks`)."""
+        (:func:`fanout.steps.lost_target.earlier_marks`). ``query_id``: the run's query,
+        whose refused start of ``epoch`` wrote lost marks of the epoch before it."""
         timeouts = {n: t for n in sinks if (t := write_timeout(self.specs[n])) is not None}
         lags = [n for n in sinks if self.specs[n].lag.lags]
         lost = refuse_lost_targets(
@@ -1114,6 +1130,7 @@ class FanOut:
             lost |= refuse_lost_targets(
                 self.pipeline, before, self.ledger, {n: sinks[n] for n in found}, found,
                 self._accept_lost, timeouts, self.pipeline_file, lags,
+                query_id if before == epoch - 1 else None, self.specs,
             )  # fmt: skip
         return lost
 

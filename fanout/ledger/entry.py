@@ -37,6 +37,14 @@ LOST_MARK = "unmarked"
 started, for a batch a sink holds by its own records but never marked (ARCHITECTURE §5, "A
 batch written but never marked"). Its ``rows`` and ``dead_lettered`` are unknown (null)."""
 
+
+def refused_query(query_id: str | None, epoch: int) -> str:
+    """How a lost mark of ``epoch`` recorded at the refusal of query ``query_id``'s start of
+    the epoch after it begins: that query's checkpoint re-reads the batch (it was refused
+    for re-reading it)."""
+    return f"{LOST_MARK}: recorded when query {query_id} was refused epoch {epoch + 1}"
+
+
 REWRITTEN = f"{LOST_MARK}, rewritten"
 """How the ``error`` of a lost mark begins when the new epoch started anyway, the sink's
 rewrite of the batch being harmless (:meth:`fanout.Sink.harmless_rewrite`): no report is

@@ -23,6 +23,9 @@ A mark need not be a batch the target holds: an empty batch, or one whose every 
 to the dead letters, commits nothing there, and a ``fanout ledger skip`` mark writes
 nothing. So a ``False`` about the mark is checked once more against the sink's last mark
 that wrote rows (a scan of the epoch's marks, only on this path); a sink with none passes.
+A lost mark (recorded at a new epoch's refused start) whose copy the operator removed, as
+that refusal offers, while another sink's mark is before it, passes to the mark before it:
+the new epoch writes that batch again (:func:`_written`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from collections.abc import Collection, Iterator, Mapping
 
 from fanout.contract.sink import PartlyHeld, Sink
 from fanout.errors import TargetLostError, shell_word
-from fanout.ledger.entry import Ledger, ledger_location
+from fanout.ledger.entry import Ledger, ledger_location, refused_query
 from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import redact
 from fanout.steps.holds import (
@@ -82,6 +85,8 @@ def refuse_lost_targets(
     timeouts: Mapping[str, float] | None = None,
     pipeline_file: str | None = None,
     lags: Collection[str] = (),
+    query_id: str | None = None,
+    configured: Collection[str] | None = None,
 ) -> dict[str, TargetLostError]:
     """Raise :class:`fanout.TargetLostError` for the first sink of ``sinks`` (open, with a
     mark in ``marks``, of ``epoch``) whose target, by its own records, no longer holds its
@@ -96,7 +101,10 @@ def refuse_lost_targets(
     ``write_timeout_s``, whose answer is waited for that long (no answer: cannot tell, the
     run goes on as before).
     ``pipeline_file``: the file ``fanout run`` runs (absolute), which the refusal's command
-    names."""
+    names. ``query_id``: the query starting the epoch after ``epoch`` (a checkpoint reset),
+    whose refused start's lost marks its checkpoint writes again (:func:`_written`).
+    ``configured``: the sinks the pipeline configures now (``None``: every sink the ledger
+    names), whose marks tell where the new epoch resumes."""
     bounds = timeouts or {}
     lost: dict[str, TargetLostError] = {}
     for name, sink in sorted(sinks.items()):
@@ -106,11 +114,19 @@ def refuse_lost_targets(
         bound = bounds.get(name)
         batch, (answer, reason) = mark, _answer(sink, pipeline, epoch, mark, bound)
         if answer is False:
-            written = _last_written(ledger, pipeline, epoch, name, mark)
-            if written is None:
+            written = _written(ledger, pipeline, epoch, name, mark, query_id, configured)
+            if not written:
                 continue
-            if written != mark:
-                batch, (answer, reason) = written, _answer(sink, pipeline, epoch, written, bound)
+            if written[0][0] != mark:
+                batch, (answer, reason) = (
+                    written[0][0],
+                    _answer(sink, pipeline, epoch, written[0][0], bound),
+                )
+            if answer is False and written[0][1]:  # its copy removed, the batch written again
+                kept = next((b for b, lost in written if not lost), None)
+                if kept is None:
+                    continue
+                batch, (answer, reason) = kept, _answer(sink, pipeline, epoch, kept, bound)
         if answer is not False:
             if name in accepted and answer is not None:
                 log.warning(
@@ -172,18 +188,50 @@ def _answer(
     return (held, None) if reason is None else (False, reason)
 
 
-def _last_written(ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: int) -> int | None:
-    """The sink's last mark of ``epoch`` at or before ``mark`` that wrote rows to its target
-    (a lost mark counts: the sink's own records held it), ``None`` when none did."""
+def _written(
+    ledger: Ledger,
+    pipeline: str,
+    epoch: int,
+    sink: str,
+    mark: int,
+    query_id: str | None = None,
+    configured: Collection[str] | None = None,
+) -> list[tuple[int, bool]]:
+    """The sink's marks of ``epoch`` at or before ``mark`` that wrote rows to its target,
+    newest first, each with whether it is a lost mark that the next batch may write again
+    (recorded when a new epoch's start found the batch written unmarked, the sink's own
+    records holding it, while another sink's last mark of ``epoch`` is before it: the
+    unmarked batch's refusal then offers to remove that copy and resume after the batch
+    before it, :mod:`fanout.steps.unmarked`). Such a mark whose batch the target no longer
+    holds passes to the one before it. So does one recorded at the refusal of ``query_id``
+    (the query starting the next epoch now, not ``None``), a pipeline of one sink too: its
+    checkpoint was refused for re-reading the batch (the refusal's "remove the copy and
+    start this query again"). Not while every other sink marked the batch (a skip too) and
+    the query is another: the new epoch resumes after it, and a removed copy is a loss.
+    Only the sinks of ``configured`` count as other sinks: a sink removed from the pipeline
+    keeps its old, low mark, which says nothing of where the new epoch resumes."""
+    again = None if query_id is None else refused_query(query_id, epoch)
+    entries = [e for e in ledger.committed_entries(pipeline, 0, epoch) if e.epoch == epoch]
+    others: dict[str, int] = {}
+    for e in entries:
+        if e.sink != sink and (configured is None or e.sink in configured):
+            others[e.sink] = max(others.get(e.sink, e.batch_id), e.batch_id)
     written = [
-        e.batch_id
-        for e in ledger.committed_entries(pipeline, 0, epoch)
+        (
+            e.batch_id,
+            bool(e.lost)
+            and (
+                any(m < e.batch_id for m in others.values())
+                or (again is not None and (e.error or "").startswith(again))
+            ),
+        )
+        for e in entries
         if e.sink == sink
         and e.batch_id <= mark
         and not is_skip(e)
         and (e.lost or (e.rows is not None and e.rows > 0))
     ]
-    return max(written, default=None)
+    return sorted(written, reverse=True)
 
 
 def moved_on_purpose(sink: Sink) -> str:

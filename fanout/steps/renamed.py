@@ -359,3 +359,46 @@ def _held_text(
         f"keyed {txn_app_id(pipeline, other, epoch)!r}), a sink the pipeline no longer "
         f"configures, and sink {sink.name!r} has no mark in the epoch"
     )
+
+
+def refuse_renamed_at_reset(
+    pipeline: str,
+    epoch: int,
+    ledger: Ledger,
+    configured: Collection[str],
+    sinks: Mapping[str, Sink],
+    timeouts: Mapping[str, float] | None = None,
+    spooled: Spooled | None = None,
+) -> RenamedSinkError | None:
+    """Before a new epoch replaces ``epoch``: the refusal of the first sink of ``sinks``
+    (open, configured now) with no mark in ``epoch`` whose target holds, written under the
+    name of a sink the ledger names that ``configured`` does not, the batch after that
+    sink's last mark of ``epoch`` (its first batch when it has none): a sink renamed
+    between a crash after its write and the reset. The new epoch resumes after the last
+    marked batch, so it would write that batch's rows there again, under the new name;
+    the epoch start's own question (:mod:`fanout.steps.unmarked`) asks each sink under its
+    own name, which wrote nothing. Or, ``spooled`` (what the spool keeps of ``epoch``)
+    keeping batches for a sink no longer configured, the refusal :func:`refuse_renamed`
+    gives a sink renamed while it lagged, asked as of the batch after the last of them:
+    the new epoch's sinks never get them. ``None`` when none holds it. Only at an epoch
+    start: one read of the sinks' marks, and of the ledger's sink names when one has none."""
+    marks = ledger.last_committed(pipeline, sorted(sinks), epoch)
+    new = {n: s for n, s in sinks.items() if marks.get(n) is None}
+    if not new:
+        return None
+    vanished = vanished_sinks(ledger, pipeline, epoch, configured)
+    first = ledger.epoch_start(pipeline, epoch) or 0
+    for batch in sorted({first if mark is None else mark + 1 for mark in vanished.values()}):
+        refused = refuse_renamed(pipeline, epoch, batch, ledger, configured, new, marks, timeouts)
+        if refused:
+            return refused[min(refused)]
+    kept: Mapping[str, Sequence[int]] = {} if spooled is None else spooled.batches
+    missed = [b for other in set(kept) - set(configured) for b in kept[other]]
+    if missed:
+        after = max(missed) + 1
+        refused = refuse_renamed(
+            pipeline, epoch, after, ledger, configured, new, marks, timeouts, spooled
+        )
+        if refused:
+            return refused[min(refused)]
+    return None

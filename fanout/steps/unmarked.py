@@ -42,12 +42,12 @@ from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import PartlyHeld, Sink, lift_by_hand
 from fanout.errors import SinkTimeoutError, UnmarkedBatchError, shell_word
 from fanout.ledger.entry import (
-    LOST_MARK,
     REWRITTEN,
     Ledger,
     LedgerEntry,
     ledger_location,
     now_utc,
+    refused_query,
 )
 from fanout.ledger.gaps import SKIPPED, skip_command
 from fanout.observe.logs import batch_fields
@@ -537,7 +537,7 @@ def lost_mark(
 
 def _refused(info: BatchInfo) -> str:
     """How a lost mark recorded at the refusal of ``info``'s query begins."""
-    return f"{LOST_MARK}: recorded when query {info.query_id} was refused epoch {info.epoch + 1}"
+    return refused_query(info.query_id, info.epoch)
 
 
 def _rewritten(info: BatchInfo) -> str:

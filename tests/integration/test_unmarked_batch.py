@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from fanout import BatchInfo, hookimpl
-from fanout.errors import CheckpointResetError, UnmarkedBatchError
+from fanout.errors import CheckpointResetError, TargetLostError, UnmarkedBatchError
 from fanout.ledger.delta import DeltaLedger
 from tests.in_process_cli import Cli
 from tests.integration import two_sink_resets as resets
@@ -149,6 +149,56 @@ def test_giving_the_unmarked_batch_up_for_the_other_sinks(
     assert DeltaLedger(str(tmp_path / "ledger")).current_epoch("unmarked") == 1
 
 
+def test_a_dropped_table_after_the_unmarked_batch_refusal_is_still_a_lost_target(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """The reset's lost-target check passes over bronze's lost mark 3 once its copy was
+    removed (choice 1 above; before, that refused the reset with a TargetLostError about
+    batch 3), but asks about its mark before it: bronze's table dropped instead of
+    restored is refused, naming batch 2 of epoch 0, nothing of epoch 1 written."""
+    import shutil
+
+    _killed_after_bronze_wrote_batch_3(spark, tmp_path, fanout_cli)
+    with pytest.raises(UnmarkedBatchError):
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    shutil.rmtree(tmp_path / "bronze")
+    assert "Resume after batch 2" in _recover(tmp_path, fanout_cli)
+    with pytest.raises(TargetLostError) as refused:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    assert str(refused.value).startswith(
+        f"sink 'bronze', batch 2: pipeline 'unmarked': path '{tmp_path / 'bronze'}' no longer "
+        "holds batch 2 of epoch 0, which the ledger marks written there"
+    )
+    assert not (tmp_path / "bronze").exists()
+    assert _ids(tmp_path, "silver") == list(range(30))
+
+
+def test_the_copy_removed_after_the_batch_was_given_up_for_the_others_is_a_lost_target(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """Choice 2 (batch 3 given up for silver, resume after batch 3), and bronze's copy
+    removed all the same: the new epoch starts after batch 3, so bronze would never get
+    rows 30-39 again. Its lost mark 3 is then asked about as a mark (not passed over as
+    in choice 1): the reset is refused naming batch 3, nothing of epoch 1 written."""
+    from deltalake import DeltaTable
+
+    _killed_after_bronze_wrote_batch_3(spark, tmp_path, fanout_cli)
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    skip = str(refused.value).split("  2. Or give batch 3 up for silver: `")[1].split("`")[0]
+    assert fanout_cli(*skip.split()[1:]).returncode == 0
+    DeltaTable(str(tmp_path / "bronze")).restore(2)
+    assert "Resume after batch 3" in _recover(tmp_path, fanout_cli)
+    with pytest.raises(TargetLostError) as lost:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-newer", 0, 40)
+    assert str(lost.value).startswith(
+        f"sink 'bronze', batch 3: pipeline 'unmarked': path '{tmp_path / 'bronze'}' no longer "
+        "holds batch 3 of epoch 0, which the ledger marks written there"
+    )
+    assert _ids(tmp_path, "bronze") == list(range(30))
+    assert _ids(tmp_path, "silver") == list(range(30))
+
+
 class KillInTheFirstBatch:
     """Kills the driver right after ``bronze`` wrote batch 0, the epoch's first, before
     its ledger mark (and before ``silver`` starts it): no sink has a mark of the epoch."""
@@ -251,3 +301,94 @@ def test_a_merge_batch_written_but_never_marked_lets_the_new_epoch_start(
         + [(0, "bronze", 3), (1, "bronze", 0), (1, "silver", 0)]
     )
     assert DeltaLedger(str(tmp_path / "ledger")).current_epoch(PIPELINE) == 1
+
+
+def _alone(tmp_path: Path, *plugins: object, on_reset: str = "refuse") -> Any:
+    """The pipeline with ``bronze`` its only sink."""
+    from fanout import FanOut
+
+    return FanOut(
+        PIPELINE,
+        str(tmp_path / "ledger"),
+        [{"type": "delta", "name": "bronze", "path": str(tmp_path / "bronze")}],
+        on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+        plugins=plugins,
+        parallelism=1,
+        retries=0,
+    )
+
+
+def test_a_single_sink_removes_its_copy_and_restarts_the_refused_query(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A pipeline of one sink, bronze: batch 3 (rows 30-39) written, unmarked, and the reset
+    refused. Its way on, "remove bronze's copy as said above and start this query again",
+    run as printed (the table restored to version 2, query-new restarted after batch 2):
+    the new epoch writes rows 30-39 once. Before, no other sink's mark was below batch 3,
+    so the reset's lost-target check counted the lost mark 3 as held and refused the
+    restart with a TargetLostError about batch 3 of epoch 0."""
+    from deltalake import DeltaTable
+
+    old = _alone(tmp_path, KillAfterWrite())
+    for batch in range(3):
+        _run(old, spark, OLD, batch, batch * ROWS)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, OLD, 3, 30)
+    assert _ids(tmp_path, "bronze") == list(range(40))
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_alone(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    message = str(refused.value)
+    assert "Or remove bronze's copy as said above and start this query again, not a new " in (
+        message
+    )
+    assert "restore the table to version 2" in message
+    DeltaTable(str(tmp_path / "bronze")).restore(2)
+    _run(_alone(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    assert _ids(tmp_path, "bronze") == list(range(40))
+    assert DeltaLedger(str(tmp_path / "ledger")).current_epoch(PIPELINE) == 1
+
+
+def test_a_removed_sinks_old_mark_does_not_pass_a_removed_copy(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """Sink ``audit`` wrote batches 0-1 and was then removed from the pipeline (its last
+    mark of epoch 0 is 1). Then choice 2 (batch 3 given up for silver, resume after batch
+    3, a new checkpoint), and bronze's copy removed all the same: the new epoch never
+    writes rows 30-39 to bronze again. Before, audit's old mark 1, below batch 3, passed
+    bronze's lost mark 3 as a copy the new epoch writes again: the reset started, and
+    bronze lost rows 30-39 silently. Now refused naming batch 3."""
+    from deltalake import DeltaTable
+
+    from fanout import FanOut
+
+    three = FanOut(
+        PIPELINE,
+        str(tmp_path / "ledger"),
+        [
+            {"type": "delta", "name": s, "path": str(tmp_path / s)}
+            for s in ("bronze", "silver", "audit")
+        ],
+        parallelism=1,
+        retries=0,
+    )
+    for batch in range(2):
+        _run(three, spark, OLD, batch, batch * ROWS)
+    three.close()
+    old = _fan(tmp_path, KillAfterWrite())
+    _run(old, spark, OLD, 2, 20)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, OLD, 3, 30)
+    with pytest.raises(UnmarkedBatchError) as refused:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, NEW, 0, 30)
+    skip = str(refused.value).split("  2. Or give batch 3 up for silver: `")[1].split("`")[0]
+    assert fanout_cli(*skip.split()[1:]).returncode == 0
+    DeltaTable(str(tmp_path / "bronze")).restore(2)
+    with pytest.raises(TargetLostError) as lost:
+        _run(_fan(tmp_path, on_reset="new_epoch"), spark, "query-newer", 0, 40)
+    assert str(lost.value).startswith(
+        f"sink 'bronze', batch 3: pipeline 'unmarked': path '{tmp_path / 'bronze'}' no longer "
+        "holds batch 3 of epoch 0, which the ledger marks written there"
+    )
+    assert _ids(tmp_path, "bronze") == list(range(30))
+    assert _ids(tmp_path, "silver") == list(range(30))
+    assert [m for m in _marks(tmp_path) if m[0] == 1] == []
