@@ -20,6 +20,37 @@ from fanout.errors import RenamedSinkError, TransientSinkError
 from fanout.testing.faults import MarkLost
 
 
+def _sink(kafka: Broker, topic: str, name: str, timeout_s: float) -> dict[str, Any]:
+    """A Kafka sink's options into ``topic``, reading its end within ``timeout_s``."""
+    return {"type": "kafka", "name": name, "bootstrap_servers": kafka.bootstrap,
+            "topic": topic, "key": "id", "partitions": 2, "open_timeout_s": timeout_s,
+            "marker_topic": f"{topic}-markers", "create_topic": True}  # fmt: skip
+
+
+def _old_wrote_batch_0_unmarked(
+    spark: Any, kafka: Broker, topic: str, pipeline: str, ledger: str
+) -> BatchInfo:
+    """Sink 'old' commits batch 0 (ids 0-3) and the driver "dies" before the ledger mark."""
+    batch0 = BatchInfo(pipeline, 0, "q", batch_timestamp_ms=int(time.time() * 1000))
+    with pytest.raises(BatchFailedError):
+        FanOut(pipeline, MarkLost(ledger, "old"), [_sink(kafka, topic, "old", 6)],
+               retries=0).process(spark.range(0, 4), batch0)  # fmt: skip
+    return batch0
+
+
+def _new_refused(
+    spark: Any, options: dict[str, Any], pipeline: str, ledger: str, batch0: BatchInfo
+) -> BatchFailedError:
+    """Batch 0 handed to the renamed sink ``options``: its refusal."""
+    renamed = FanOut(pipeline, ledger, [options], retries=0)
+    try:
+        with pytest.raises(BatchFailedError) as caught:
+            renamed.process(spark.range(0, 4), batch0)
+    finally:
+        renamed.close()
+    return caught.value
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -85,16 +116,8 @@ def test_a_name_read_past_that_used_the_time_up_refuses_the_write_not_doubles_it
     from fanout_kafka.records import batch_headers
     from fanout_kafka.renamed import TAIL_OFFSETS
 
-    def sink(name: str, timeout_s: float) -> dict[str, Any]:
-        return {"type": "kafka", "name": name, "bootstrap_servers": kafka.bootstrap,
-                "topic": topic, "key": "id", "partitions": 2, "open_timeout_s": timeout_s,
-                "marker_topic": f"{topic}-markers", "create_topic": True}  # fmt: skip
-
     pipeline, ledger = f"kcut{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger")
-    batch0 = BatchInfo(pipeline, 0, "q", batch_timestamp_ms=int(time.time() * 1000))
-    with pytest.raises(BatchFailedError):  # the driver "dies" before the ledger mark
-        FanOut(pipeline, MarkLost(ledger, "old"), [sink("old", 6)],
-               retries=0).process(spark.range(0, 4), batch0)  # fmt: skip
+    batch0 = _old_wrote_batch_0_unmarked(spark, kafka, topic, pipeline, ledger)
     # another writer buries the batch past the first round's offsets (test_renamed_sink),
     # and on top the ghost's record, found by the first round alone
     plain = Producer({"bootstrap.servers": kafka.bootstrap, "batch.num.messages": 1})
@@ -118,13 +141,7 @@ def test_a_name_read_past_that_used_the_time_up_refuses_the_write_not_doubles_it
     monkeypatch.setattr(KafkaSink, "_markers_hold", slow)
 
     def run(timeout_s: float) -> BatchFailedError:
-        renamed = FanOut(pipeline, ledger, [sink("new", timeout_s)], retries=0)
-        try:
-            with pytest.raises(BatchFailedError) as caught:
-                renamed.process(spark.range(0, 4), batch0)
-        finally:
-            renamed.close()
-        return caught.value
+        return _new_refused(spark, _sink(kafka, topic, "new", timeout_s), pipeline, ledger, batch0)
 
     refused = run(6)
     keys = sorted(int(r["key"]) for r in read_topic(kafka.bootstrap, topic, len(expected)))
@@ -196,16 +213,8 @@ def test_a_found_name_whose_markers_get_no_time_left_names_the_way_that_works(
     open_timeout_s, and that, done as printed, finds 'old' and refuses it."""
     from fanout_kafka import renamed as renamed_module
 
-    def sink(name: str, timeout_s: float) -> dict[str, Any]:
-        return {"type": "kafka", "name": name, "bootstrap_servers": kafka.bootstrap,
-                "topic": topic, "key": "id", "partitions": 2, "open_timeout_s": timeout_s,
-                "marker_topic": f"{topic}-markers", "create_topic": True}  # fmt: skip
-
     pipeline, ledger = f"kdeep{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger")
-    batch0 = BatchInfo(pipeline, 0, "q", batch_timestamp_ms=int(time.time() * 1000))
-    with pytest.raises(BatchFailedError):  # the driver "dies" before the ledger mark
-        FanOut(pipeline, MarkLost(ledger, "old"), [sink("old", 6)],
-               retries=0).process(spark.range(0, 4), batch0)  # fmt: skip
+    batch0 = _old_wrote_batch_0_unmarked(spark, kafka, topic, pipeline, ledger)
     real = renamed_module.tail_writers
 
     def slow(*args: Any, **kwargs: Any) -> dict[str, int] | None:
@@ -216,13 +225,7 @@ def test_a_found_name_whose_markers_get_no_time_left_names_the_way_that_works(
     monkeypatch.setattr(renamed_module, "tail_writers", slow)
 
     def run(timeout_s: float) -> BatchFailedError:
-        renamed = FanOut(pipeline, ledger, [sink("new", timeout_s)], retries=0)
-        try:
-            with pytest.raises(BatchFailedError) as caught:
-                renamed.process(spark.range(0, 4), batch0)
-        finally:
-            renamed.close()
-        return caught.value
+        return _new_refused(spark, _sink(kafka, topic, "new", timeout_s), pipeline, ledger, batch0)
 
     error = run(6).failures["new"]
     assert type(error) is TransientSinkError
