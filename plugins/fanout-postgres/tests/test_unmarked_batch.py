@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pgcheck import execute, query
 
-from fanout import BatchInfo, FanOut, UnmarkedBatchError, hookimpl
+from fanout import BatchInfo, FanOut, TargetLostError, UnmarkedBatchError, hookimpl
 from fanout.ledger.delta import DeltaLedger
 from tests.in_process_cli import Cli
 
@@ -34,7 +34,13 @@ class KillAfterPostgresWrote:
             raise DriverKilled("killed before silver's write")
 
 
-def _fan(tmp_path: Path, url: str, *plugins: object, on_reset: str = "refuse") -> FanOut:
+def _fan(
+    tmp_path: Path,
+    url: str,
+    *plugins: object,
+    on_reset: str = "refuse",
+    accept: list[str] | None = None,
+) -> FanOut:
     sinks = [
         {"type": "postgres", "name": "pg", "url": url, "table": "unmarked_orders",
          "mode": "append", "create_table": True, "partitions": 2},
@@ -43,6 +49,7 @@ def _fan(tmp_path: Path, url: str, *plugins: object, on_reset: str = "refuse") -
     return FanOut(
         "unmarkedpg", str(tmp_path / "ledger"), sinks, plugins=plugins, parallelism=1,
         retries=0, on_checkpoint_reset=on_reset,  # type: ignore[arg-type]
+        accept_lost_targets=accept or (),
     )  # fmt: skip
 
 
@@ -158,9 +165,11 @@ def test_a_table_re_created_empty_after_its_unmarked_batch_lets_the_new_epoch_st
 ) -> None:
     """The progress marks (which outlive the table) say it holds batch 1, but the table was
     dropped and created again empty since (another OID: ``target_replaced``): it holds
-    nothing, so the new epoch starts, writes the batch's rows once, and no lost mark is
-    recorded for a batch the table does not hold (the records alone refused the start for a
-    copy that is not there)."""
+    nothing, so the unmarked-batch question passes, and no lost mark is recorded for a batch
+    the table does not hold (the records alone refused the start for a copy that is not
+    there). The table lost batch 0 too, which the ledger marks written there: the new
+    epoch's first run asks about that earlier epoch's mark and refuses (before, it wrote on
+    and ids 0-9 were gone silently); accepted as printed, it writes the batch's rows once."""
     old = _fan(tmp_path, pg_url, KillAfterPostgresWrote())
     _run(old, spark, "query-old", 0, 0)
     with pytest.raises(DriverKilled):
@@ -173,7 +182,12 @@ def test_a_table_re_created_empty_after_its_unmarked_batch_lets_the_new_epoch_st
         "table unmarked_orders has OID"
     )
 
-    _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
+    lost = "sink 'pg', batch 0: pipeline 'unmarkedpg': table 'unmarked_orders' no longer holds"
+    with pytest.raises(TargetLostError, match=lost):
+        _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
+    assert _ids(pg_url) == []
+    accepted = _fan(tmp_path, pg_url, on_reset="new_epoch", accept=["pg"])
+    _run(accepted, spark, "query-new", 0, 10)
     assert _ids(pg_url) == list(range(10, 20))
     ledger = DeltaLedger(str(tmp_path / "ledger"))
     assert ledger.last_committed("unmarkedpg", ["pg", "silver"], 0) == {"pg": 0, "silver": 0}
