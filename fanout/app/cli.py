@@ -108,7 +108,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
     registry = load_registry(args.plugin or ())
     if args.options is not None:  # imports that type's class only
-        return _print_options(registry.sink_types(), args.options, as_json=args.json)
+        code = _print_options(registry.sink_types(), args.options, as_json=args.json)
+        return _print_load_errors(registry) or code
     types = registry.listed_sink_types()  # every class imported: its guarantees, hooks
     rows = [
         [
@@ -143,8 +144,14 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             print(f"{t.name} {_implements(t.sink_class)}")
     else:
         print("no sink types installed")
+    return _print_load_errors(registry)
+
+
+def _print_load_errors(registry: Registry) -> int:
+    """Each plugin that did not load, on stderr (its text says what failed: no second
+    "error" before it); 1 when there is one, else 0."""
     for error in registry.load_errors:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"fanout: {error}", file=sys.stderr)
     return 1 if registry.load_errors else 0
 
 
