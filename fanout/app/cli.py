@@ -624,6 +624,29 @@ def cmd_skip(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lift_fence(args: argparse.Namespace) -> int:
+    """Lift the fences a refused or killed start of epoch ``--epoch`` left on the pipeline
+    file's sinks (:mod:`fanout.app.lift_fence`), so the replaced epoch's checkpoint can run
+    again."""
+    from fanout.app.lift_fence import check_epoch, fencing_sinks, lift
+    from fanout.app.runner import load_pipeline
+
+    config = load_pipeline(args.config)
+    ledger = _existing_ledger(config.ledger, args.config)
+    check_epoch(ledger, config.name, args.epoch)
+    sinks = fencing_sinks(config, args.sink or ())
+    if not sinks:
+        print(f"pipeline {config.name!r}: no sink of {args.config} fences epochs: nothing to lift")
+        return 0
+    for line in lift(config, ledger, sinks, args.epoch):
+        print(line)
+    print(
+        f"pipeline {config.name!r}: epoch {args.epoch - 1}'s checkpoint can run again: "
+        "restart the query on it (the one whose write was refused) to complete its batch"
+    )
+    return 0
+
+
 def _skip_command(args: argparse.Namespace, epoch: int) -> str:
     """The ``fanout ledger skip`` given (``args``), with ``--epoch epoch``: its own flags,
     the locations named absolute (:func:`fanout.contract.locations.command_location`)."""
@@ -960,6 +983,40 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
         "--through too (they are never backfilled to it)",
     )
     skip.set_defaults(func=cmd_skip)
+
+    lift = ledger_sub.add_parser(
+        "lift-fence",
+        help="after a new epoch's start refused or killed: lift the fences it left, so the "
+        "replaced epoch's checkpoint runs again",
+        description="A new epoch's start (a checkpoint reset, --new-epoch) closes the "
+        "replaced epoch to the sinks' writes still in flight (Delta, Kafka) before it asks "
+        "them about its batch. A start refused after that lifts its fences when it can; one "
+        "killed before the ledger recorded it cannot, and the replaced epoch's writes are "
+        "then refused (EpochFencedError). This lifts them, opening each sink as a run "
+        "does. Refused when the ledger records that the epoch started (its query relies "
+        "on the fences). Exit 0 lifted (or nothing to lift), 1 a sink that could not be "
+        "lifted, 2 refused.",
+    )
+    lift.add_argument(
+        "--config",
+        metavar="PIPELINE.toml",
+        required=True,
+        help="the pipeline file (as for fanout run): its ledger, pipeline and sinks",
+    )
+    lift.add_argument(
+        "--sink",
+        action="append",
+        metavar="SINK",
+        help="only this sink (repeatable); default: every sink of the file that fences",
+    )
+    lift.add_argument(
+        "--epoch",
+        type=int,
+        required=True,
+        help="the epoch whose start fenced (the refusal names it: the one after the "
+        "replaced epoch); its fence on the epoch before it is lifted",
+    )
+    lift.set_defaults(func=cmd_lift_fence)
 
     demo = sub.add_parser(
         "demo",

@@ -686,13 +686,16 @@ and the ways on, said alike by every sink that fences."""
 
 def lift_by_hand(pipeline: str, epoch: int | str, then: str) -> str:
     """How an operator lifts a sink's fence closing the epoch before ``epoch`` (a start
-    that was refused, or a refusal naming it) when fanout could not: the sink's own
-    :meth:`Sink.lift_epoch_fence`, from Python, then ``then``. Said alike by the core and
+    that was refused, or a refusal naming it) when fanout could not: ``fanout ledger
+    lift-fence`` (:mod:`fanout.app.lift_fence`), or, for a sink built in code, its own
+    :meth:`Sink.lift_epoch_fence` from Python; then ``then``. Said alike by the core and
     every sink that fences."""
     return (
-        "lift it by hand from Python, with the sink built from the pipeline's "
-        "configuration and opened (sink.open(fanout.SinkContext(pipeline))), by "
-        f"sink.lift_epoch_fence({pipeline}, {epoch}), then {then}"
+        f"lift it with `fanout ledger lift-fence --config PIPELINE.toml --epoch {epoch}` "
+        "(PIPELINE.toml: the pipeline's file; every sink of it that fences, or --sink NAME "
+        "for one), or, for a sink built in code, from Python, with the sink opened "
+        f"(sink.open(fanout.SinkContext(pipeline))), by sink.lift_epoch_fence({pipeline}, "
+        f"{epoch}); then {then}"
     )
 
 
