@@ -6,6 +6,11 @@ file valid; a quoted ``available_now = "yes"`` was refused without its value. No
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -133,3 +138,73 @@ def test_a_checkpoint_directory_spark_can_use_passes(
         (tmp_path / "link").symlink_to(made, target_is_directory=True)
     config = load_pipeline(str(_file(tmp_path, written)))
     assert config.checkpoint == written
+
+
+NOBODY = 65534
+"""The user a test run as root checks the refusal as (root's writes pass any permission)."""
+
+
+@contextlib.contextmanager
+def _as_unprivileged() -> Iterator[None]:
+    """This process's effective user, for the block: ``nobody`` when it is root (as a
+    driver not run as root is), else unchanged. The modules ``main`` imports are imported
+    first, as this process's user."""
+    import fanout.app.runner
+    import fanout.app.validate  # noqa: F401
+
+    if os.geteuid() != 0:
+        yield
+        return
+    os.setegid(NOBODY)
+    os.seteuid(NOBODY)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user may read (``tmp_path`` is its owner's only)."""
+    made = Path(tempfile.mkdtemp(prefix="fanout-perm-"))
+    made.chmod(0o755)
+    try:
+        yield made
+    finally:
+        for path in made.rglob("*"):
+            if path.is_dir():
+                path.chmod(0o755)
+        shutil.rmtree(made)
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_checkpoint_the_user_may_not_write_is_refused_before_spark_starts(
+    shared_dir: Path, capsys: pytest.CaptureFixture[str], command: str, exists: bool
+) -> None:
+    """Permission denied on the checkpoint's parent (or on the checkpoint itself, made
+    earlier by another user): refused naming the option, the path and the directory, exit
+    2, before Spark. Before, ``run`` opened the sinks and died in Spark's query start with
+    a Hadoop traceback, and ``validate`` said the file was valid."""
+    locked = shared_dir / "locked"
+    locked.mkdir()
+    checkpoint = locked / "ckpt"
+    if exists:
+        checkpoint.mkdir()
+    denied = checkpoint if exists else locked
+    denied.chmod(0o555)
+    file = _file(shared_dir, str(checkpoint))
+    file.chmod(0o644)
+    with _as_unprivileged():
+        user = os.geteuid()
+        code = main([command, str(file)])
+    assert code == 2
+    made = "write into it" if exists else "create a directory in it"
+    assert capsys.readouterr() == (
+        "",
+        f"fanout: configuration error: pipeline.checkpoint: '{checkpoint}': permission "
+        f"denied: '{denied}' does not let this user (uid {user}) {made}; give a path it can "
+        "write, or grant it write access there\n",
+    )
+    assert sorted(p.name for p in shared_dir.iterdir()) == ["locked", "pipeline.toml"]
