@@ -989,7 +989,7 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
         help="after a new epoch's start refused or killed: lift the fences it left, so the "
         "replaced epoch's checkpoint runs again",
         description="A new epoch's start (a checkpoint reset, --new-epoch) closes the "
-        "replaced epoch to the sinks' writes still in flight (Delta, Kafka) before it asks "
+        "replaced epoch to the sinks' writes still in flight (the built-in sinks) before it asks "
         "them about its batch. A start refused after that lifts its fences when it can; one "
         "killed before the ledger recorded it cannot, and the replaced epoch's writes are "
         "then refused (EpochFencedError). This lifts them, opening each sink as a run "

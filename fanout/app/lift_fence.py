@@ -81,6 +81,7 @@ def lift(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) ->
     sink without one changes nothing). The lines to print, one a sink lifted; a
     :class:`fanout.FanoutError` naming each sink that could not be opened or lifted, after
     the others were lifted."""
+    from fanout.deadletters.moved import checked
     from fanout.deadletters.target import resolve_target
     from fanout.hooks.registry import load_registry
 
@@ -90,7 +91,7 @@ def lift(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) ->
     failed: list[str] = []
     for sink in sinks:
         try:
-            dead_letters = resolve_target(sink, registry.dead_letter_kinds())
+            dead_letters = checked(resolve_target(sink, registry.dead_letter_kinds()))
             sink.open(SinkContext(config.name, None, dead_letters, ledger=location))
             try:
                 sink.lift_epoch_fence(config.name, epoch)
