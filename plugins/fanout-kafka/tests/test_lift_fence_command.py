@@ -88,13 +88,21 @@ def _ids(tmp_path: Path, kafka: Broker, topic: str) -> tuple[list[int], list[int
     return lake, sorted(int(r.key) for r in records if r.key is not None)
 
 
-def test_lift_fence_lets_the_old_checkpoint_complete_its_batch_once(
+def _batch_zero(
     spark: Any, kafka: Broker, topic: str, tmp_path: Path
-) -> None:
+) -> tuple[str, list[dict[str, Any]], Path]:
+    """A new pipeline (its name, sinks and file) whose query ``q0`` wrote batch 0."""
     pipeline = f"lift{uuid.uuid4().hex[:6]}"
     sinks = _sinks(tmp_path, kafka, topic)
     file = _file(tmp_path, pipeline, sinks)
     _run(spark, pipeline, tmp_path, sinks, 0, "q0")
+    return pipeline, sinks, file
+
+
+def test_lift_fence_lets_the_old_checkpoint_complete_its_batch_once(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+) -> None:
+    pipeline, sinks, file = _batch_zero(spark, kafka, topic, tmp_path)
     _fence(pipeline, sinks)
 
     with pytest.raises(BatchFailedError) as refused:
@@ -123,10 +131,7 @@ def test_lift_fence_lets_the_old_checkpoint_complete_its_batch_once(
 def test_lift_fence_is_refused_once_the_ledger_records_the_epochs_start(
     spark: Any, kafka: Broker, topic: str, tmp_path: Path
 ) -> None:
-    pipeline = f"lift{uuid.uuid4().hex[:6]}"
-    sinks = _sinks(tmp_path, kafka, topic)
-    file = _file(tmp_path, pipeline, sinks)
-    _run(spark, pipeline, tmp_path, sinks, 0, "q0")
+    pipeline, sinks, file = _batch_zero(spark, kafka, topic, tmp_path)
     _run(spark, pipeline, tmp_path, sinks, 1, "q1", on_reset="new_epoch")  # epoch 1 started
 
     refused = fanout_process("ledger", "lift-fence", "--config", str(file), "--epoch", "1")
