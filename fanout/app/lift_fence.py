@@ -78,7 +78,7 @@ def fencing_sinks(config: Any, names: Sequence[str]) -> list[Sink]:
 def lift(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) -> list[str]:
     """Open each of ``sinks`` for the pipeline ``config`` (as a run opens it) and lift the
     fence closing epoch ``epoch - 1`` (:meth:`fanout.Sink.lift_epoch_fence`, idempotent: a
-    sink without one changes nothing). The lines to print, one a sink lifted; a
+    sink without one changes nothing). The lines to print, one a sink; a
     :class:`fanout.FanoutError` naming each sink that could not be opened or lifted, after
     the others were lifted."""
     from fanout.deadletters.moved import checked
@@ -101,9 +101,9 @@ def lift(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) ->
             text = redact(str(exc), sink.secret_values())
             failed.append(f"sink {sink.name!r}: {type(exc).__name__}: {text}")
             continue
-        lifted.append(
-            f"pipeline {config.name!r}, sink {sink.name!r}: lifted the fence epoch {epoch}'s "
-            f"start left on epoch {epoch - 1}"
+        lifted.append(  # the hook does not say whether there was a fence: a lift is idempotent
+            f"pipeline {config.name!r}, sink {sink.name!r}: epoch {epoch - 1} open to its "
+            f"writes again (the fence epoch {epoch}'s start left there lifted, if there was one)"
         )
     if failed:
         raise FanoutError(
