@@ -628,13 +628,21 @@ def cmd_lift_fence(args: argparse.Namespace) -> int:
     """Lift the fences a refused or killed start of epoch ``--epoch`` left on the pipeline
     file's sinks (:mod:`fanout.app.lift_fence`), so the replaced epoch's checkpoint can run
     again."""
-    from fanout.app.lift_fence import check_epoch, fencing_sinks, lift
+    from fanout.app.lift_fence import (
+        STOP_FIRST,
+        check_epoch,
+        fencing_sinks,
+        lift,
+        refuse_running_checkpoint,
+    )
     from fanout.app.runner import load_pipeline
 
     config = load_pipeline(args.config)
     ledger = _existing_ledger(config.ledger, args.config)
     check_epoch(ledger, config.name, args.epoch)
+    refuse_running_checkpoint(config, args.config)
     sinks = fencing_sinks(config, args.sink or ())
+    _say_newest(_newest(ledger, config.name), config.name, STOP_FIRST)
     if not sinks:
         print(f"pipeline {config.name!r}: no sink of {args.config} fences epochs: nothing to lift")
         return 0
@@ -992,10 +1000,17 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
         "replaced epoch to the sinks' writes still in flight (the built-in sinks) before it asks "
         "them about its batch. A start refused after that lifts its fences when it can; one "
         "killed before the ledger recorded it cannot, and the replaced epoch's writes are "
-        "then refused (EpochFencedError). This lifts them, opening each sink as a run "
-        "does. Refused when the ledger records that the epoch started (its query relies "
-        "on the fences). Exit 0 lifted (or nothing to lift), 1 a sink that could not be "
-        "lifted, 2 refused.",
+        "then refused (EpochFencedError). This lifts them, opening each sink as fanout "
+        "validate does (creating nothing; a sink type without read_only_check as a run "
+        "does), and says per sink whether there was a fence. Refused when the ledger "
+        "records that the epoch started (its query relies on the fences), and while the "
+        "file's checkpoint holds a batch planned in the last minute and not committed (a "
+        "start perhaps in progress); the newest mark is printed, with a warning when the "
+        "pipeline looks running. RISK: it cannot tell a start killed between its fences "
+        "and its ledger row from one still running there, and lifted under a running "
+        "start the replaced query writes its batch beside the new epoch's (rows twice): "
+        "stop every query of the pipeline first. Exit 0 done (or nothing to lift), 1 a "
+        "sink that could not be opened or lifted, 2 refused.",
     )
     lift.add_argument(
         "--config",

@@ -15,11 +15,15 @@ pipeline's current epoch (no start of it can have fenced).
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from fanout.app.activity import WINDOW_FLOOR_S, duration
+from fanout.contract.locations import local_path
 from fanout.contract.sink import Sink, SinkContext
-from fanout.errors import ConfigurationError, FanoutError
+from fanout.errors import ConfigurationError, FanoutError, SinkUnreachableError
 from fanout.ledger.entry import ledger_location
 from fanout.observe.secrets import redact
 
@@ -49,6 +53,64 @@ def check_epoch(ledger: DeltaLedger, pipeline: str, epoch: int) -> None:
         )
 
 
+STOP_FIRST = (
+    "the command cannot tell a start killed between its fences and its ledger row from one "
+    "still running there (nothing records a running query): lifted under a start still "
+    "running, the replaced query would write its batch beside the new epoch's (its rows "
+    "twice). Stop every query of the pipeline first, the new checkpoint's too"
+)
+"""The risk ``fanout ledger lift-fence`` runs, said in its refusals and warnings."""
+
+
+def planned_batch(checkpoint: str, now: float | None = None) -> tuple[int, float] | None:
+    """The batch a query on the local checkpoint ``checkpoint`` planned and has not
+    committed (its newest ``offsets/N`` without ``commits/N``), with how long ago it was
+    planned, when that is less than :data:`fanout.app.activity.WINDOW_FLOOR_S`: a query may
+    be running on it (a new epoch's start fences in its first batch, between the two
+    files). ``None`` otherwise, and for a checkpoint not on a local filesystem."""
+    local = local_path(checkpoint)
+    if local is None:
+        return None
+    offsets = _batches(os.path.join(local, "offsets"))
+    if not offsets or max(offsets) in _batches(os.path.join(local, "commits")):
+        return None
+    newest = max(offsets)
+    try:
+        planned = os.stat(os.path.join(local, "offsets", str(newest))).st_mtime
+    except OSError:
+        return None
+    age = (time.time() if now is None else now) - planned
+    return (newest, age) if age < WINDOW_FLOOR_S else None
+
+
+def _batches(directory: str) -> set[int]:
+    """The batch ids a checkpoint's ``offsets`` or ``commits`` directory holds files of."""
+    try:
+        return {int(name) for name in os.listdir(directory) if name.isdigit()}
+    except OSError:
+        return set()
+
+
+def refuse_running_checkpoint(config: Any, path: str) -> None:
+    """Refuse (:class:`fanout.ConfigurationError`, exit 2, nothing lifted) a lift while the
+    pipeline file ``path``'s checkpoint shows a batch planned in the last
+    :data:`fanout.app.activity.WINDOW_FLOOR_S` and not committed (:func:`planned_batch`):
+    what a new epoch's start in progress leaves there, between its fences and its ledger
+    row."""
+    planned = planned_batch(config.checkpoint)
+    if planned is None:
+        return
+    batch, age = planned
+    raise ConfigurationError(
+        f"pipeline {config.name!r}: pipeline.checkpoint {config.checkpoint!r} of {path}: "
+        f"batch {batch} was planned {duration(age)} ago and is not committed: a query may "
+        f"be running on it, a new epoch's start between its fences and its ledger row "
+        f"perhaps; {STOP_FIRST}. Nothing lifted. Run this again once every query of the "
+        f"pipeline is stopped (a batch planned {duration(WINDOW_FLOOR_S)} ago or more is "
+        "taken for a query killed)"
+    )
+
+
 def fencing_sinks(config: Any, names: Sequence[str]) -> list[Sink]:
     """The sinks of the pipeline file ``config`` to lift, built (not opened): those
     ``names`` gives (each refused when the file has no sink of that name, or it does not
@@ -76,11 +138,16 @@ def fencing_sinks(config: Any, names: Sequence[str]) -> list[Sink]:
 
 
 def lift(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) -> list[str]:
-    """Open each of ``sinks`` for the pipeline ``config`` (as a run opens it) and lift the
-    fence closing epoch ``epoch - 1`` (:meth:`fanout.Sink.lift_epoch_fence`, idempotent: a
-    sink without one changes nothing). The lines to print, one a sink; a
-    :class:`fanout.FanoutError` naming each sink that could not be opened or lifted, after
-    the others were lifted."""
+    """Open each of ``sinks`` for the pipeline ``config`` and lift the fence closing epoch
+    ``epoch - 1`` (:meth:`fanout.Sink.lift_epoch_fence`, idempotent: a sink without one
+    changes nothing). A sink whose type declares ``read_only_check`` is opened as ``fanout
+    validate`` opens it (``checking``): it creates nothing, so a target dropped since is
+    not made again empty, which would hide its loss from the next run's lost-target check;
+    what a run's open would have created is said. Another is opened as a run opens it.
+    The lines to print, one a sink, saying whether there was a fence (the hook's answer);
+    a :class:`fanout.FanoutError` naming each sink that could not be opened or lifted,
+    after the others were lifted (a :class:`fanout.ConfigurationError`, exit 2, when each
+    failed for its configuration, a login refused, not a server down)."""
     from fanout.deadletters.moved import checked
     from fanout.deadletters.target import resolve_target
     from fanout.hooks.registry import load_registry
@@ -89,24 +156,28 @@ def lift(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) ->
     location = ledger_location(ledger)
     lifted: list[str] = []
     failed: list[str] = []
+    misconfigured = True  # every failure a configuration error (exit 2), not a server down
     for sink in sinks:
         try:
             dead_letters = checked(resolve_target(sink, registry.dead_letter_kinds()))
-            sink.open(SinkContext(config.name, None, dead_letters, ledger=location))
+            context = SinkContext(config.name, None, dead_letters, ledger=location,
+                                  checking=type(sink).read_only_check)  # fmt: skip
+            sink.open(context)
             try:
-                sink.lift_epoch_fence(config.name, epoch)
+                there = sink.lift_epoch_fence(config.name, epoch)
             finally:
                 sink.close()
         except Exception as exc:
             text = redact(str(exc), sink.secret_values())
             failed.append(f"sink {sink.name!r}: {type(exc).__name__}: {text}")
+            misconfigured &= isinstance(exc, ConfigurationError) and not isinstance(
+                exc, SinkUnreachableError
+            )
             continue
-        lifted.append(  # the hook does not say whether there was a fence: a lift is idempotent
-            f"pipeline {config.name!r}, sink {sink.name!r}: epoch {epoch - 1} open to its "
-            f"writes again (the fence epoch {epoch}'s start left there lifted, if there was one)"
-        )
+        lifted.append(_lifted_line(config.name, sink.name, epoch, there, context.changes))
     if failed:
-        raise FanoutError(
+        error = ConfigurationError if misconfigured else FanoutError
+        raise error(
             f"pipeline {config.name!r}: the fence epoch {epoch}'s start left on epoch "
             f"{epoch - 1} could not be lifted: "
             + "; ".join(failed)
@@ -114,3 +185,24 @@ def lift(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) ->
             + ". Run the command again once the sink's target can be reached"
         )
     return lifted
+
+
+def _lifted_line(
+    pipeline: str, sink: str, epoch: int, there: bool | None, changes: Sequence[str]
+) -> str:
+    """What was done to ``sink``: ``there``, the hook's answer (whether there was a fence);
+    ``changes``, what a run's open would have made that is not there (made by none)."""
+    where = f"pipeline {pipeline!r}, sink {sink!r}: "
+    fence = f"the fence epoch {epoch}'s start left on epoch {epoch - 1}"
+    if there is None:
+        done = (
+            f"epoch {epoch - 1} open to its writes again ({fence} lifted; the sink does "
+            "not tell whether there was one)"
+        )
+    elif there:
+        done = f"{fence} lifted: epoch {epoch - 1} open to its writes again"
+    else:
+        done = f"no fence of epoch {epoch}'s start there: nothing lifted"
+    if changes:
+        done += "; not there, and not made by this command: " + "; ".join(changes)
+    return where + done

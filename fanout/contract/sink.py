@@ -504,7 +504,7 @@ class Sink:
         writer a replaced query may leave running, or one that cannot close it: the
         batch in flight is then only detected, by the ledger's ``ZombieBatchError``)."""
 
-    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> bool | None:
         """Undo :meth:`fence_earlier_epochs` for epoch ``epoch - 1`` only (the earlier
         epochs were closed by an earlier start that was not refused): called on the
         driver when the start of ``epoch`` was refused after the fence, so the replaced
@@ -513,7 +513,11 @@ class Sink:
         within ``write_timeout_s``: it may still be fencing): it may have closed part of
         the sink's records, so a lift opens what is closed and leaves the rest. An error
         is logged, not raised (the refusal is); the writes it then refuses say how to lift
-        it by hand. Default: nothing."""
+        it by hand (``fanout ledger lift-fence``, which prints what this returns). Returns
+        whether there was a fence to lift: ``True`` lifted, ``False`` none there (nothing
+        changed), ``None`` cannot tell (it opened the epoch again either way; the
+        default, which does nothing, says so too)."""
+        return None
 
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """Whether the target is no longer the one this sink wrote batch ``batch_id`` of

@@ -6,6 +6,9 @@ test_lift_fence_command.py. No Spark: a ledger written by hand."""
 
 from __future__ import annotations
 
+import os
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,7 +22,9 @@ def _pipeline(tmp_path: Path, *, epoch: int) -> Path:
     """Pipeline ``p`` of sink ``lake``, in ``epoch`` (started by query ``q1`` at batch 3)."""
     ledger = DeltaLedger(str(tmp_path / "ledger"))
     ledger.open()
-    ledger.mark_committed(LedgerEntry("p", "lake", 0, "committed", query_id="q0"))
+    now = datetime.now(UTC)
+    ledger.mark_committed(LedgerEntry("p", "lake", 0, "committed", query_id="q0",
+                                      started_at=now, finished_at=now))  # fmt: skip
     if epoch:
         ledger.start_epoch(LedgerEntry("p", "*", 3, "epoch", query_id="q1", epoch=epoch))
     file = tmp_path / "pipeline.toml"
@@ -58,3 +63,104 @@ def test_a_sink_the_file_does_not_name_is_refused(
         "(lake); check the name\n",
     )
     assert not (tmp_path / "lake").exists()
+
+
+def _checkpoint_batch(tmp_path: Path, batch: int, *, age_s: float) -> None:
+    """The file's checkpoint with batch ``batch`` planned ``age_s`` ago, not committed (the
+    batches before it committed)."""
+    for kind, batches in (("offsets", range(batch + 1)), ("commits", range(batch))):
+        (tmp_path / "ck" / kind).mkdir(parents=True, exist_ok=True)
+        for b in batches:
+            (tmp_path / "ck" / kind / str(b)).write_text("v1\n")
+    planned = time.time() - age_s
+    os.utime(tmp_path / "ck" / "offsets" / str(batch), (planned, planned))
+
+
+def test_a_checkpoint_with_a_batch_just_planned_is_refused_as_a_start_perhaps_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A new epoch's start fences in its query's first batch, after Spark planned it
+    (offsets/N) and before its ledger row: a batch planned within the last minute and not
+    committed may be that start, still running. A lift then would let the replaced query
+    write its batch beside the new epoch's: refused, nothing opened or lifted."""
+    file = _pipeline(tmp_path, epoch=0)
+    _checkpoint_batch(tmp_path, 2, age_s=5)
+    assert main(["ledger", "lift-fence", "--config", str(file), "--epoch", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"fanout: configuration error: pipeline 'p': pipeline.checkpoint '{tmp_path}/ck' of "
+        f"{file}: batch 2 was planned 5s ago and is not committed: a query may be running on "
+        "it, a new epoch's start between its fences and its ledger row perhaps; the command "
+        "cannot tell a start killed between its fences and its ledger row from one still "
+        "running there (nothing records a running query): lifted under a start still "
+        "running, the replaced query would write its batch beside the new epoch's (its rows "
+        "twice). Stop every query of the pipeline first, the new checkpoint's too. Nothing "
+        "lifted. Run this again once every query of the pipeline is stopped (a batch "
+        "planned 1m ago or more is taken for a query killed)\n"
+    )
+    assert not (tmp_path / "lake").exists()
+
+
+def test_a_killed_start_is_lifted_saying_whether_there_was_a_fence_and_creating_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A batch planned two minutes ago and not committed: taken for a start killed. The
+    pipeline looks running by its ledger mark (just written): a warning, the lift done.
+    The Delta sink opened as validate opens it: its missing table is not created, and it
+    says it held no fence."""
+    file = _pipeline(tmp_path, epoch=0)
+    _checkpoint_batch(tmp_path, 0, age_s=120)
+    assert main(["ledger", "lift-fence", "--config", str(file), "--epoch", "1"]) == 0
+    out, err = capsys.readouterr()
+    newest, *lines = out.splitlines()
+    assert newest.startswith("pipeline 'p' looks running: its newest mark is batch 0 of epoch 0")
+    assert lines == [
+        "pipeline 'p', sink 'lake': no fence of epoch 1's start there: nothing lifted; not "
+        f"there, and not made by this command: create the Delta table at {tmp_path}/lake (its "
+        "first batch does)",
+        "pipeline 'p': epoch 0's checkpoint can run again: restart the query on it (the one "
+        "whose write was refused) to complete its batch",
+    ]
+    assert err == (
+        "fanout: warning: pipeline 'p' looks running: the command cannot tell a start killed "
+        "between its fences and its ledger row from one still running there (nothing records "
+        "a running query): lifted under a start still running, the replaced query would "
+        "write its batch beside the new epoch's (its rows twice). Stop every query of the "
+        "pipeline first, the new checkpoint's too\n"
+    )
+    assert not (tmp_path / "lake").exists()
+
+
+@pytest.mark.parametrize(
+    ("sink", "secret"),
+    [
+        ('type = "postgres"\nname = "pg"\ntable = "t"\n'
+         'url = "postgresql://app:Pg5ecret@127.0.0.1:9/db"\n',
+         "Pg5ecret"),
+        ('type = "kafka"\nname = "events"\ntopic = "t"\nbootstrap_servers = "127.0.0.1:9"\n'
+         'open_timeout_s = 2\n[sinks.producer]\n"security.protocol" = "SASL_PLAINTEXT"\n'
+         '"sasl.mechanism" = "PLAIN"\n"sasl.username" = "app"\n'
+         '"sasl.password" = "Ka5ecret"\n',
+         "Ka5ecret"),
+    ],
+)  # fmt: skip
+def test_a_sink_that_cannot_be_opened_fails_the_lift_without_its_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sink: str, secret: str
+) -> None:
+    """A server down: exit 1, naming the sink and saying to run again; its password (a
+    PostgreSQL URL's, Kafka's SASL) never printed."""
+    file = _pipeline(tmp_path, epoch=0)
+    file.write_text(file.read_text().split("[[sinks]]")[0] + "[[sinks]]\n" + sink)
+    assert main(["ledger", "lift-fence", "--config", str(file), "--epoch", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert secret not in out + err
+    name = sink.split('name = "')[1].split('"')[0]
+    lines = err.splitlines()  # librdkafka's log lines of the connection refused between
+    assert lines[0].startswith("fanout: warning: pipeline 'p' looks running: ")
+    err = lines[-1] + "\n"
+    assert err.startswith(
+        f"fanout: FanoutError: pipeline 'p': the fence epoch 1's start left on epoch 0 could "
+        f"not be lifted: sink '{name}': "
+    )
+    assert err.endswith(". Run the command again once the sink's target can be reached\n")

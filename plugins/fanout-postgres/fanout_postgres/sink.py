@@ -488,18 +488,20 @@ class PostgresSink(PartitionedSink):
         with self._engine().connect() as conn:
             self._fence(conn, pipeline, epoch)
 
-    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> bool | None:
         """The start of ``epoch`` was refused after :meth:`fence_earlier_epochs`: delete the
         sink's :data:`EPOCH_FENCE` record in epoch ``epoch - 1``'s scope (the earlier
         epochs' stay closed), so that epoch's checkpoint may be started again to complete
-        a batch (:meth:`fanout.Sink.lift_epoch_fence`)."""
+        a batch (:meth:`fanout.Sink.lift_epoch_fence`). Whether there was one (the
+        ``DELETE`` removed a row)."""
         if epoch <= 0:
-            return
+            return False
         scope = pipeline_scope(pipeline, epoch - 1)
         with self._engine().begin() as conn:
-            conn.execute(lift_epoch_fence(self.state_schema, self.mode),
-                         {"scope": scope, "sink": self.name})  # fmt: skip
+            deleted = conn.execute(lift_epoch_fence(self.state_schema, self.mode),
+                                   {"scope": scope, "sink": self.name})  # fmt: skip
         self._fenced = min(self._fenced, epoch - 1)
+        return bool(deleted.rowcount)
 
     def _fence(self, conn: Any, pipeline: str, epoch: int) -> None:
         """Close the scopes of epochs ``0 .. epoch-1`` (:func:`~fanout_postgres.statements.
