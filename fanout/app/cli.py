@@ -637,6 +637,11 @@ def cmd_lift_fence(args: argparse.Namespace) -> int:
     )
     from fanout.app.runner import load_pipeline
 
+    if args.epoch < 1:
+        raise ConfigurationError(
+            f"--epoch {args.epoch}: a start of epoch 1 or later fences (the epoch before "
+            "it); give the epoch the refusal names"
+        )
     config = load_pipeline(args.config)
     ledger = _existing_ledger(config.ledger, args.config)
     check_epoch(ledger, config.name, args.epoch)
@@ -646,8 +651,16 @@ def cmd_lift_fence(args: argparse.Namespace) -> int:
     if not sinks:
         print(f"pipeline {config.name!r}: no sink of {args.config} fences epochs: nothing to lift")
         return 0
-    for line in lift(config, ledger, sinks, args.epoch):
+    lines, fenced = lift(config, ledger, sinks, args.epoch)
+    for line in lines:
         print(line)
+    if not fenced:
+        print(
+            f"pipeline {config.name!r}: no sink held a fence of epoch {args.epoch}'s start: "
+            f"nothing lifted (a write of epoch {args.epoch - 1} still refused is refused "
+            "for another reason: its error says which)"
+        )
+        return 0
     print(
         f"pipeline {config.name!r}: epoch {args.epoch - 1}'s checkpoint can run again: "
         "restart the query on it (the one whose write was refused) to complete its batch"

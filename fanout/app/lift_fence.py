@@ -137,14 +137,17 @@ def fencing_sinks(config: Any, names: Sequence[str]) -> list[Sink]:
     return [s for s in sinks if fences(s)]
 
 
-def lift(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) -> list[str]:
+def lift(
+    config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int
+) -> tuple[list[str], bool]:
     """Open each of ``sinks`` for the pipeline ``config`` and lift the fence closing epoch
     ``epoch - 1`` (:meth:`fanout.Sink.lift_epoch_fence`, idempotent: a sink without one
     changes nothing). A sink whose type declares ``read_only_check`` is opened as ``fanout
     validate`` opens it (``checking``): it creates nothing, so a target dropped since is
     not made again empty, which would hide its loss from the next run's lost-target check;
     what a run's open would have created is said. Another is opened as a run opens it.
-    The lines to print, one a sink, saying whether there was a fence (the hook's answer);
+    The lines to print, one a sink, saying whether there was a fence (the hook's answer),
+    and whether any sink may have had one (not every answer "none there");
     a :class:`fanout.FanoutError` naming each sink that could not be opened or lifted,
     after the others were lifted (a :class:`fanout.ConfigurationError`, exit 2, when each
     failed for its configuration, a login refused, not a server down)."""
@@ -155,6 +158,7 @@ def lift(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) ->
     registry = load_registry(config.plugins)
     location = ledger_location(ledger)
     lifted: list[str] = []
+    answers: list[bool | None] = []
     failed: list[str] = []
     misconfigured = True  # every failure a configuration error (exit 2), not a server down
     for sink in sinks:
@@ -174,6 +178,7 @@ def lift(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) ->
                 exc, SinkUnreachableError
             )
             continue
+        answers.append(there)
         lifted.append(_lifted_line(config.name, sink.name, epoch, there, context.changes))
     if failed:
         error = ConfigurationError if misconfigured else FanoutError
@@ -181,10 +186,10 @@ def lift(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) ->
             f"pipeline {config.name!r}: the fence epoch {epoch}'s start left on epoch "
             f"{epoch - 1} could not be lifted: "
             + "; ".join(failed)
-            + (f" (lifted: {'; '.join(lifted)})" if lifted else "")
+            + (f" (done: {'; '.join(lifted)})" if lifted else "")
             + ". Run the command again once the sink's target can be reached"
         )
-    return lifted
+    return lifted, any(there is not False for there in answers)
 
 
 def _lifted_line(

@@ -119,8 +119,8 @@ def test_a_killed_start_is_lifted_saying_whether_there_was_a_fence_and_creating_
         "pipeline 'p', sink 'lake': no fence of epoch 1's start there: nothing lifted; not "
         f"there, and not made by this command: create the Delta table at {tmp_path}/lake (its "
         "first batch does)",
-        "pipeline 'p': epoch 0's checkpoint can run again: restart the query on it (the one "
-        "whose write was refused) to complete its batch",
+        "pipeline 'p': no sink held a fence of epoch 1's start: nothing lifted (a write of "
+        "epoch 0 still refused is refused for another reason: its error says which)",
     ]
     assert err == (
         "fanout: warning: pipeline 'p' looks running: the command cannot tell a start killed "
@@ -164,3 +164,13 @@ def test_a_sink_that_cannot_be_opened_fails_the_lift_without_its_password(
         f"not be lifted: sink '{name}': "
     )
     assert err.endswith(". Run the command again once the sink's target can be reached\n")
+
+
+def test_an_epoch_below_one_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = _pipeline(tmp_path, epoch=0)
+    assert main(["ledger", "lift-fence", "--config", str(file), "--epoch", "0"]) == 2
+    assert capsys.readouterr() == (
+        "",
+        "fanout: configuration error: --epoch 0: a start of epoch 1 or later fences (the "
+        "epoch before it); give the epoch the refusal names\n",
+    )
