@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from fanout.app.activity import WINDOW_FLOOR_S, duration
@@ -36,7 +37,7 @@ def check_epoch(ledger: DeltaLedger, pipeline: str, epoch: int) -> None:
     start never happened: ``epoch`` is the one after the pipeline's current epoch and has
     no start row. :class:`fanout.ConfigurationError` (exit 2) otherwise, saying why."""
     current = ledger.current_epoch(pipeline)
-    if epoch <= current or ledger.epoch_start(pipeline, epoch) is not None:
+    if started(ledger, pipeline, epoch):
         raise ConfigurationError(
             f"pipeline {pipeline!r}: --epoch {epoch}: the ledger records that epoch "
             f"{epoch} started (the pipeline's epoch is {current}): its query relies on the "
@@ -151,26 +152,14 @@ def lift(
     a :class:`fanout.FanoutError` naming each sink that could not be opened or lifted,
     after the others were lifted (a :class:`fanout.ConfigurationError`, exit 2, when each
     failed for its configuration, a login refused, not a server down)."""
-    from fanout.deadletters.moved import checked
-    from fanout.deadletters.target import resolve_target
-    from fanout.hooks.registry import load_registry
-
-    registry = load_registry(config.plugins)
-    location = ledger_location(ledger)
     lifted: list[str] = []
     answers: list[bool | None] = []
     failed: list[str] = []
     misconfigured = True  # every failure a configuration error (exit 2), not a server down
     for sink in sinks:
         try:
-            dead_letters = checked(resolve_target(sink, registry.dead_letter_kinds()))
-            context = SinkContext(config.name, None, dead_letters, ledger=location,
-                                  checking=type(sink).read_only_check)  # fmt: skip
-            sink.open(context)
-            try:
+            with _opened(config, ledger, sink) as context:
                 there = sink.lift_epoch_fence(config.name, epoch)
-            finally:
-                sink.close()
         except Exception as exc:
             text = redact(str(exc), sink.secret_values())
             failed.append(f"sink {sink.name!r}: {type(exc).__name__}: {text}")
@@ -180,6 +169,8 @@ def lift(
             continue
         answers.append(there)
         lifted.append(_lifted_line(config.name, sink.name, epoch, there, context.changes))
+    if started(ledger, config.name, epoch):
+        fence_again(config, ledger, sinks, epoch)
     if failed:
         error = ConfigurationError if misconfigured else FanoutError
         raise error(
@@ -190,6 +181,67 @@ def lift(
             + ". Run the command again once the sink's target can be reached"
         )
     return lifted, any(there is not False for there in answers)
+
+
+@contextmanager
+def _opened(config: Any, ledger: DeltaLedger, sink: Sink) -> Iterator[SinkContext]:
+    """``sink`` opened for the pipeline ``config`` as :func:`lift` opens it (as ``fanout
+    validate`` does when its type declares ``read_only_check``), closed after the block;
+    its context (what a run's open would create, in ``changes``)."""
+    from fanout.deadletters.moved import checked
+    from fanout.deadletters.target import resolve_target
+    from fanout.hooks.registry import load_registry
+
+    kinds = load_registry(config.plugins).dead_letter_kinds()
+    context = SinkContext(config.name, None, checked(resolve_target(sink, kinds)),
+                          ledger=ledger_location(ledger),
+                          checking=type(sink).read_only_check)  # fmt: skip
+    sink.open(context)
+    try:
+        yield context
+    finally:
+        sink.close()
+
+
+def started(ledger: DeltaLedger, pipeline: str, epoch: int) -> bool:
+    """Whether the ledger records that ``epoch`` of ``pipeline`` started (or a later one)."""
+    return (
+        ledger.current_epoch(pipeline) >= epoch or ledger.epoch_start(pipeline, epoch) is not None
+    )
+
+
+def fence_again(config: Any, ledger: DeltaLedger, sinks: Sequence[Sink], epoch: int) -> None:
+    """Epoch ``epoch`` started while :func:`lift` lifted its fences (its start was still
+    running, between its fences and its ledger row): close the epochs before it again on
+    each of ``sinks`` (:meth:`fanout.Sink.fence_earlier_epochs`, idempotent), and raise a
+    :class:`fanout.FanoutError` saying so, and what a write of the replaced query may have
+    done in between."""
+    done: list[str] = []
+    failed: list[str] = []
+    for sink in sinks:
+        try:
+            with _opened(config, ledger, sink):
+                sink.fence_earlier_epochs(config.name, epoch)
+        except Exception as exc:
+            text = redact(str(exc), sink.secret_values())
+            failed.append(f"sink {sink.name!r} ({type(exc).__name__}: {text})")
+            continue
+        done.append(repr(sink.name))
+    raise FanoutError(
+        f"pipeline {config.name!r}: epoch {epoch} started while this command lifted its "
+        f"start's fences (that start was still running): "
+        + (f"closed epoch {epoch - 1} again on sink {', '.join(done)}" if done else "")
+        + ("; " if done and failed else "")
+        + (
+            f"could NOT close it again on {', '.join(failed)}: run `fanout run` on the new "
+            "checkpoint again, whose start fences it"
+            if failed
+            else ""
+        )
+        + f". A batch of epoch {epoch - 1}'s query written in between may be in a sink "
+        f"twice (epoch {epoch - 1}'s batch after its last mark, which epoch {epoch} "
+        "writes again). Stop every query of the pipeline before lifting a fence"
+    )
 
 
 def _lifted_line(

@@ -11,9 +11,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from fanout.app.cli import main
+from fanout.app.recover_sinks import built_sink
+from fanout.contract.sink import SinkContext
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 
@@ -174,3 +177,48 @@ def test_an_epoch_below_one_is_refused(tmp_path: Path, capsys: pytest.CaptureFix
         "fanout: configuration error: --epoch 0: a start of epoch 1 or later fences (the "
         "epoch before it); give the epoch the refusal names\n",
     )
+
+
+def test_a_start_recorded_while_the_command_lifts_is_fenced_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start the fence is of was still running (no batch planned in the file's
+    checkpoint: it names another), and records epoch 1 while the command lifts: the
+    command asks the ledger again after its lifts, closes epoch 0 again on each sink, and
+    fails (exit 1) saying so. A real Delta table (delta-rs, no Spark)."""
+    from deltalake import write_deltalake
+    from fanout_delta.sink import DeltaSink
+
+    from fanout.contract.batch import txn_app_id
+    from fanout.delta_tables.io import open_table, transaction_state
+
+    file = _pipeline(tmp_path, epoch=0)
+    lake = str(tmp_path / "lake")
+    write_deltalake(lake, pa.table({"id": [1]}))
+    sink, _ = built_sink({"type": "delta", "name": "lake", "path": lake})
+    sink.open(SinkContext("p"))
+    sink.fence_earlier_epochs("p", 1)  # the start's fence
+    sink.close()
+    app_id = txn_app_id("p", "lake", 0)
+    assert transaction_state(open_table(lake), app_id)[1] is True
+    lift = DeltaSink.lift_epoch_fence
+
+    def lift_then_start(self: DeltaSink, pipeline: str, epoch: int) -> bool | None:
+        there = lift(self, pipeline, epoch)
+        assert transaction_state(open_table(lake), app_id)[1] is False
+        ledger = DeltaLedger(str(tmp_path / "ledger"))
+        ledger.start_epoch(LedgerEntry("p", "*", 1, "epoch", query_id="q1", epoch=1))
+        return there
+
+    monkeypatch.setattr(DeltaSink, "lift_epoch_fence", lift_then_start)
+    assert main(["ledger", "lift-fence", "--config", str(file), "--epoch", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1:] == []
+    assert err.splitlines()[-1] == (
+        "fanout: FanoutError: pipeline 'p': epoch 1 started while this command lifted its "
+        "start's fences (that start was still running): closed epoch 0 again on sink 'lake'. "
+        "A batch of epoch 0's query written in between may be in a sink twice (epoch 0's "
+        "batch after its last mark, which epoch 1 writes again). Stop every query of the "
+        "pipeline before lifting a fence"
+    )
+    assert transaction_state(open_table(lake), app_id)[1] is True
