@@ -109,7 +109,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     registry = load_registry(args.plugin or ())
     if args.options is not None:  # imports that type's class only
         code = _print_options(registry.sink_types(), args.options, as_json=args.json)
-        return _print_load_errors(registry) or code
+        failed = _print_load_errors(registry)  # said either way: the type may be its
+        return code or failed  # an unknown type stays exit 2
     types = registry.listed_sink_types()  # every class imported: its guarantees, hooks
     rows = [
         [
