@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget, ReplacesLetters
 from fanout.contract.partitions import BatchPartitioning, StableColumns
-from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext, renamed_sink_advice
+from fanout.contract.sink import (
+    FENCE_LEFT,
+    Guarantee,
+    PartlyHeld,
+    SinkContext,
+    lift_by_hand,
+    renamed_sink_advice,
+)
 from fanout.contract.sql import sql_literal
 from fanout.deadletters.held import refused_rows_held
 from fanout.deadletters.moved import (
@@ -1216,7 +1223,9 @@ class PostgresSink(PartitionedSink):
                 f"{batch.info.epoch}, which Spark hands now, is of the query the reset "
                 "replaced, still running, and would put keys of "
                 f"{self._table} back to older values. Nothing was written; stop that "
-                f"query. If {restarted(ledger_too=True)}: {RESTORE_OR_RENAME}, or delete "
+                f"query. {FENCE_LEFT}"
+                + lift_by_hand(repr(batch.pipeline), batch.info.epoch + 1, "restart this query.")
+                + f" If {restarted(ledger_too=True)}: {RESTORE_OR_RENAME}, or delete "
                 "the earlier run's records first: "
                 f"{forget_routes_sql(self.state_schema, scope, self.name)}",
                 sink=self.name,
