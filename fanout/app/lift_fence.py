@@ -11,6 +11,13 @@ then refused. The command lifts them as the refused start would have: refused wh
 ledger records that the epoch started (its query relies on the fences: a lift would let
 the replaced query write its batch beside it), or when the epoch is not the one after the
 pipeline's current epoch (no start of it can have fenced).
+
+Nothing records a running query, so the command cannot tell a start killed between its
+fences and its start row from one still running there (:data:`STOP_FIRST`). It refuses
+while the file's checkpoint shows a batch just planned and not committed
+(:func:`refuse_running_checkpoint`: such a start fences in its first batch), warns when
+the ledger's newest mark says the pipeline looks running, and asks the ledger again after
+its lifts: a start recorded meanwhile has its fences made again (:func:`fence_again`).
 """
 
 from __future__ import annotations
