@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from fanout.app.interval import interval_ms
-from fanout.contract.locations import local_path, shown_location, uncreatable_directory
+from fanout.contract.locations import (
+    local_path,
+    shown_location,
+    uncreatable_directory,
+    unwritable_directory,
+)
 from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, coerce_text
 from fanout.errors import ConfigurationError, shell_word
@@ -270,6 +275,22 @@ def _check_checkpoint(location: str) -> None:
         )
     else:
         problem = uncreatable_directory(local) or ""
+    if problem:
+        raise ConfigurationError(f"pipeline.checkpoint: {shown_location(location)!r}: {problem}")
+
+
+def check_checkpoint_writable(config: PipelineConfig) -> None:
+    """Refuse (:class:`fanout.ConfigurationError`) a local ``pipeline.checkpoint`` this
+    user may not create or write: permission denied on it or on its nearest existing
+    ancestor. Spark failed there at the query's start, after the sinks were opened, with a
+    Hadoop traceback. Checked by ``fanout run`` and ``fanout validate`` only: the
+    operator's commands reading the file (``status --config``...) may run as a user that
+    never writes the checkpoint."""
+    location = config.checkpoint
+    local = local_path(location)
+    if local is None or _OTHER_SCHEME.match(location):
+        return
+    problem = unwritable_directory(local)
     if problem:
         raise ConfigurationError(f"pipeline.checkpoint: {shown_location(location)!r}: {problem}")
 

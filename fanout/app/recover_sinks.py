@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fanout.contract.sink import Sink, SinkContext
 from fanout.delta_tables.io import one_line
@@ -29,6 +29,9 @@ from fanout.steps.unmarked import (
     recorded_offsets,
     unmarked_asks,
 )
+
+if TYPE_CHECKING:
+    from fanout.hooks.registry import Registry
 
 RECORDED_BY = "recorded by fanout recover"
 """What a lost mark ``fanout recover`` records says after :data:`LOST_MARK`."""
@@ -102,6 +105,21 @@ def ask_sinks(
     return asked
 
 
+def built_sink(options: Mapping[str, Any], plugins: Sequence[str] = ()) -> tuple[Sink, Registry]:
+    """The sink a pipeline file's ``options`` (one ``[[sinks]]`` table) describe, built
+    (not opened) with its secrets registered, and the registry of the installed plugins and
+    the file's own ``plugins`` it was built by. Raises what the options' checks raise."""
+    from fanout.hooks.registry import load_registry
+    from fanout.retry import RetryPolicy
+    from fanout.sink_spec import split_core_options
+
+    registry = load_registry(plugins)
+    own, _, _, _ = split_core_options(str(options["name"]), options, RetryPolicy())
+    sink = registry.build_sink(own, registry.sink_types())
+    register_secrets(sink.secret_values())
+    return sink, registry
+
+
 def _opened(
     pipeline: str,
     options: Mapping[str, Any],
@@ -113,19 +131,13 @@ def _opened(
     (``None``, with why in ``not_asked``, when it cannot be); ``plugins``: the pipeline
     file's own modules (its ``plugins`` key)."""
     from fanout.deadletters.target import resolve_target
-    from fanout.hooks.registry import load_registry
-    from fanout.retry import RetryPolicy
-    from fanout.sink_spec import split_core_options
 
     name = str(options["name"])
-    registry = load_registry(plugins)
     try:
-        own, _, _, _ = split_core_options(name, options, RetryPolicy())
-        sink = registry.build_sink(own, registry.sink_types())
+        sink, registry = built_sink(options, plugins)
     except Exception as exc:
         not_asked[name] = f"its options: {_text(exc)}"
         return None
-    register_secrets(sink.secret_values())
     if not type(sink).read_only_check:
         not_asked[name] = (
             f"{type(sink).__name__} does not declare read_only_check, so its open() might "

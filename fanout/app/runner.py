@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from fanout.app.config import PipelineConfig, parse, plugin_names, read
+from fanout.app.config import PipelineConfig, check_checkpoint_writable, parse, plugin_names, read
 from fanout.app.progress import ProgressObserver
 from fanout.contract.batch import BatchInfo
 from fanout.contract.options import self_expanded_options
@@ -274,6 +274,7 @@ def validate(path: str, out: TextIO | None = None) -> int:
 
     out = out or sys.stdout  # looked up now: tests and callers may have replaced it
     config = load_pipeline(path)
+    check_checkpoint_writable(config)
     spark = build_session(config)
     out.write(f"{path}: checking pipeline {config.name!r}\n")
     checklist = run_checks(spark, config, build_source)
@@ -336,6 +337,7 @@ def run(
     """
     out = out or sys.stdout
     config = load_pipeline(path)
+    check_checkpoint_writable(config)
     refuse_unknown_accepted(config, accept_lost_targets, path)
     accepted = None
     if new_epoch:

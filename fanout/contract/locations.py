@@ -50,6 +50,25 @@ def uncreatable_directory(local: str) -> str | None:
     return None
 
 
+def unwritable_directory(local: str) -> str | None:
+    """Why this process cannot make or write a directory at the local path ``local``, or
+    ``None``: the path, when it is there, else its nearest existing ancestor, is not
+    writable (or not searchable) by the process's effective user, so Spark could not
+    create a checkpoint there or write into it (a Hadoop traceback at the query's start).
+    A user whom the permissions let in (root) passes, as the writes would."""
+    nearest = os.path.abspath(local)
+    while not os.path.exists(nearest) and os.path.dirname(nearest) != nearest:
+        nearest = os.path.dirname(nearest)
+    effective = os.access in os.supports_effective_ids
+    if os.access(nearest, os.W_OK | os.X_OK, effective_ids=effective):
+        return None
+    made = "write into it" if nearest == os.path.abspath(local) else "create a directory in it"
+    return (
+        f"permission denied: {nearest!r} does not let this user (uid {os.geteuid()}) "
+        f"{made}; give a path it can write, or grant it write access there"
+    )
+
+
 def command_location(location: str) -> str:
     """How a command fanout prints (``fanout ledger skip --ledger ...``) names ``location``,
     so that it runs from any directory: a plain local path made absolute (from the current

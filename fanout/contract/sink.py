@@ -504,7 +504,7 @@ class Sink:
         writer a replaced query may leave running, or one that cannot close it: the
         batch in flight is then only detected, by the ledger's ``ZombieBatchError``)."""
 
-    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> bool | None:
         """Undo :meth:`fence_earlier_epochs` for epoch ``epoch - 1`` only (the earlier
         epochs were closed by an earlier start that was not refused): called on the
         driver when the start of ``epoch`` was refused after the fence, so the replaced
@@ -513,7 +513,11 @@ class Sink:
         within ``write_timeout_s``: it may still be fencing): it may have closed part of
         the sink's records, so a lift opens what is closed and leaves the rest. An error
         is logged, not raised (the refusal is); the writes it then refuses say how to lift
-        it by hand. Default: nothing."""
+        it by hand (``fanout ledger lift-fence``, which prints what this returns). Returns
+        whether there was a fence to lift: ``True`` lifted, ``False`` none there (nothing
+        changed), ``None`` cannot tell (it opened the epoch again either way; the
+        default, which does nothing, says so too)."""
+        return None
 
     def target_replaced(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
         """Whether the target is no longer the one this sink wrote batch ``batch_id`` of
@@ -686,13 +690,16 @@ and the ways on, said alike by every sink that fences."""
 
 def lift_by_hand(pipeline: str, epoch: int | str, then: str) -> str:
     """How an operator lifts a sink's fence closing the epoch before ``epoch`` (a start
-    that was refused, or a refusal naming it) when fanout could not: the sink's own
-    :meth:`Sink.lift_epoch_fence`, from Python, then ``then``. Said alike by the core and
+    that was refused, or a refusal naming it) when fanout could not: ``fanout ledger
+    lift-fence`` (:mod:`fanout.app.lift_fence`), or, for a sink built in code, its own
+    :meth:`Sink.lift_epoch_fence` from Python; then ``then``. Said alike by the core and
     every sink that fences."""
     return (
-        "lift it by hand from Python, with the sink built from the pipeline's "
-        "configuration and opened (sink.open(fanout.SinkContext(pipeline))), by "
-        f"sink.lift_epoch_fence({pipeline}, {epoch}), then {then}"
+        f"lift it with `fanout ledger lift-fence --config PIPELINE.toml --epoch {epoch}` "
+        "(PIPELINE.toml: the pipeline's file; every sink of it that fences, or --sink NAME "
+        "for one), or, for a sink built in code, from Python, with the sink opened "
+        f"(sink.open(fanout.SinkContext(pipeline))), by sink.lift_epoch_fence({pipeline}, "
+        f"{epoch}); then {then}"
     )
 
 

@@ -121,3 +121,36 @@ def test_fanout_plugins_lists_the_types_of_a_module_given_with_plugin(
     assert found["jsonl"]["class"] == "my_sinks.JsonLinesSink"
     assert found["jsonl"]["guarantees"] == ["idempotent"]
     assert found["jsonl"]["distribution"] is None
+
+
+@pytest.mark.parametrize("options", [[], ["--options", "delta"]])
+def test_fanout_plugins_says_once_that_a_module_given_with_plugin_is_missing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    options: list[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["plugins", "--plugin", "no_such_sinks", *options]) == 1
+    assert capsys.readouterr().err == (
+        'fanout: Error importing plugin "no_such_sinks": ModuleNotFoundError: No module '
+        f"named 'no_such_sinks'; fanout imports it from the working directory ({tmp_path}) "
+        "and PYTHONPATH: run from the directory holding it, add its directory to "
+        "PYTHONPATH, or install its distribution\n"
+    )
+
+
+def test_an_unknown_type_asked_beside_a_plugin_that_does_not_load_exits_2_saying_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The type asked may be the failed plugin's: both said; the exit code is the unknown
+    type's (2), as without the failed plugin (it was 1, the load error's)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["plugins", "--plugin", "no_such_sinks", "--options", "mongodb"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "fanout: no sink type 'mongodb'; installed: delta, kafka, postgres",
+        'fanout: Error importing plugin "no_such_sinks": ModuleNotFoundError: No module '
+        f"named 'no_such_sinks'; fanout imports it from the working directory ({tmp_path}) "
+        "and PYTHONPATH: run from the directory holding it, add its directory to "
+        "PYTHONPATH, or install its distribution",
+    ]

@@ -6,6 +6,10 @@ file valid; a quoted ``available_now = "yes"`` was refused without its value. No
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,3 +137,57 @@ def test_a_checkpoint_directory_spark_can_use_passes(
         (tmp_path / "link").symlink_to(made, target_is_directory=True)
     config = load_pipeline(str(_file(tmp_path, written)))
     assert config.checkpoint == written
+
+
+def _bound_by_permissions() -> list[str]:
+    """The prefix of a command line whose process the file permissions bind: none for a
+    user not root; for root (whose writes pass any permission), ``setpriv`` dropping the
+    capabilities that let it (``CAP_DAC_OVERRIDE``, ``CAP_DAC_READ_SEARCH``). A process of
+    its own: this test process never changes its user or capabilities (a worker left so by
+    an error would fail every later test it runs)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("run as root, and no setpriv (util-linux) to drop root's DAC capabilities")
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search"]
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_checkpoint_the_user_may_not_write_is_refused_before_spark_starts(
+    tmp_path: Path, command: str, exists: bool
+) -> None:
+    """Permission denied on the checkpoint's parent (or on the checkpoint itself, made
+    earlier by another user): refused naming the option, the path and the directory, exit
+    2, before Spark. Before, ``run`` opened the sinks and died in Spark's query start with
+    a Hadoop traceback, and ``validate`` said the file was valid."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    checkpoint = locked / "ckpt"
+    if exists:
+        checkpoint.mkdir()
+    denied = checkpoint if exists else locked
+    denied.chmod(0o555)
+    file = _file(tmp_path, str(checkpoint))
+    try:
+        done = subprocess.run(
+            [*_bound_by_permissions(), sys.executable, "-m", "fanout", command, str(file)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+            check=False,
+        )
+    finally:
+        denied.chmod(0o755)
+    made = "write into it" if exists else "create a directory in it"
+    assert (done.returncode, done.stdout, done.stderr) == (
+        2,
+        "",
+        f"fanout: configuration error: pipeline.checkpoint: '{checkpoint}': permission "
+        f"denied: '{denied}' does not let this user (uid {os.geteuid()}) {made}; give a path "
+        "it can write, or grant it write access there\n",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["locked", "pipeline.toml"]
+    assert sorted(p.name for p in locked.iterdir()) == (["ckpt"] if exists else [])

@@ -899,7 +899,7 @@ def test_two_installed_distributions_with_one_entry_point_name_fail_fanout_plugi
     assert main(["plugins"]) == 1
     err = capsys.readouterr().err
     assert (
-        "error: plugin 'jsonl' (an entry point of the 'fanout' group) is registered by two "
+        "fanout: plugin 'jsonl' (an entry point of the 'fanout' group) is registered by two "
         "distributions: fanout-jsonl 1.0 (fanout_jsonl_a) and acme-fanout-jsonl 0.4 "
         "(acme_jsonl_b); fanout will not pick one by install order"
     ) in err
@@ -1021,7 +1021,7 @@ def test_fanout_plugins_lists_a_lazy_type_whose_module_does_not_import_as_an_err
     assert f"{__name__}.JsonlSink" in out
     assert "lazybroken" not in out
     assert (
-        'error: Error importing plugin "lazy_probe_plugin": ModuleNotFoundError: No module '
+        'fanout: Error importing plugin "lazy_probe_plugin": ModuleNotFoundError: No module '
         "named 'fanout_missing_driver_probe'; fanout imports sink type 'lazybroken'"
     ) in err
 

@@ -729,9 +729,11 @@ def test_a_fence_that_does_not_answer_in_time_is_not_lifted_and_the_refusal_says
     ]
     assert str(refused.value).endswith(
         "The fence may still complete (it was not lifted, since a lift could be overtaken by "
-        "it): a restart of epoch 0's checkpoint may then be refused by the sink; lift it by "
-        "hand from Python, with the sink built from the pipeline's configuration and opened "
-        "(sink.open(fanout.SinkContext(pipeline))), by sink.lift_epoch_fence('p', 1), then "
+        "it): a restart of epoch 0's checkpoint may then be refused by the sink; lift it "
+        "with `fanout ledger lift-fence --config PIPELINE.toml --epoch 1` (PIPELINE.toml: the "
+        "pipeline's file; every sink of it that fences, or --sink NAME for one), or, for a "
+        "sink built in code, from Python, with the sink opened "
+        "(sink.open(fanout.SinkContext(pipeline))), by sink.lift_epoch_fence('p', 1); then "
         "restart that checkpoint"
     )
 

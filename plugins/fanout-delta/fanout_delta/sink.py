@@ -399,14 +399,15 @@ class DeltaSink(Sink):
             logger.info("sink %r: fenced %d app transaction(s) of epochs before %d in %s",
                         self.name, fenced, epoch, self.path)  # fmt: skip
 
-    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> bool | None:
         """Commit the real version of epoch ``epoch - 1``'s app transaction back over its
-        fence (:meth:`fanout.Sink.lift_epoch_fence`), so its checkpoint may run again."""
+        fence (:meth:`fanout.Sink.lift_epoch_fence`), so its checkpoint may run again.
+        Whether there was a fence (``False``: no table, or none in its log)."""
         from fanout.contract.batch import txn_app_id
         from fanout_delta.fence import lift_fence, unfenceable
 
         if self.path is None or epoch <= 0:
-            return
+            return False
         self._fenced_for = min(self._fenced_for, epoch - 1)
         app_id = txn_app_id(pipeline, self.name, epoch - 1)
         try:
@@ -417,9 +418,10 @@ class DeltaSink(Sink):
             # delta-rs cannot load it: it could not commit a fence there either
             logger.info("sink %r: no fence to lift in %s (delta-rs cannot read it)",
                         self.name, self.path)  # fmt: skip
-            return
+            return False
         if lifted:
             logger.info("sink %r: lifted the fence of %s in %s", self.name, app_id, self.path)
+        return lifted
 
     def harmless_rewrite(self) -> str | None:
         """Merge without a dead-letter target: ``when_matched_update_all`` (unconditional)

@@ -451,10 +451,13 @@ class KafkaSink(PartitionedSink):
         ``epoch - 1``. Only at a new epoch's start: no request per batch."""
         self._scope_fence(pipeline, epoch).close(self.partitions)
 
-    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> bool | None:
         """The start of ``epoch`` was refused: open scope ``epoch - 1`` again (its markers
-        committed back to their real offsets, :meth:`fanout.Sink.lift_epoch_fence`)."""
+        committed back to their real offsets, :meth:`fanout.Sink.lift_epoch_fence`).
+        ``None``: each partition's real offset is committed back whether it was fenced
+        or not, so it does not tell whether there was a fence."""
         self._scope_fence(pipeline, epoch).open(self.partitions)
+        return None
 
     def _scope_fence(self, pipeline: str, epoch: int) -> ScopeFence:
         """The fence of scope ``epoch - 1`` (closed by the start of ``epoch``)."""

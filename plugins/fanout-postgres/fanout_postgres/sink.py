@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from fanout.contract.batch import Batch, pipeline_scope
 from fanout.contract.dead_letters import DeadLetterTarget, ReplacesLetters
 from fanout.contract.partitions import BatchPartitioning, StableColumns
-from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext, renamed_sink_advice
+from fanout.contract.sink import (
+    FENCE_LEFT,
+    Guarantee,
+    PartlyHeld,
+    SinkContext,
+    lift_by_hand,
+    renamed_sink_advice,
+)
 from fanout.contract.sql import sql_literal
 from fanout.deadletters.held import refused_rows_held
 from fanout.deadletters.moved import (
@@ -488,18 +495,20 @@ class PostgresSink(PartitionedSink):
         with self._engine().connect() as conn:
             self._fence(conn, pipeline, epoch)
 
-    def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> bool | None:
         """The start of ``epoch`` was refused after :meth:`fence_earlier_epochs`: delete the
         sink's :data:`EPOCH_FENCE` record in epoch ``epoch - 1``'s scope (the earlier
         epochs' stay closed), so that epoch's checkpoint may be started again to complete
-        a batch (:meth:`fanout.Sink.lift_epoch_fence`)."""
+        a batch (:meth:`fanout.Sink.lift_epoch_fence`). Whether there was one (the
+        ``DELETE`` removed a row)."""
         if epoch <= 0:
-            return
+            return False
         scope = pipeline_scope(pipeline, epoch - 1)
         with self._engine().begin() as conn:
-            conn.execute(lift_epoch_fence(self.state_schema, self.mode),
-                         {"scope": scope, "sink": self.name})  # fmt: skip
+            deleted = conn.execute(lift_epoch_fence(self.state_schema, self.mode),
+                                   {"scope": scope, "sink": self.name})  # fmt: skip
         self._fenced = min(self._fenced, epoch - 1)
+        return bool(deleted.rowcount)
 
     def _fence(self, conn: Any, pipeline: str, epoch: int) -> None:
         """Close the scopes of epochs ``0 .. epoch-1`` (:func:`~fanout_postgres.statements.
@@ -1214,7 +1223,9 @@ class PostgresSink(PartitionedSink):
                 f"{batch.info.epoch}, which Spark hands now, is of the query the reset "
                 "replaced, still running, and would put keys of "
                 f"{self._table} back to older values. Nothing was written; stop that "
-                f"query. If {restarted(ledger_too=True)}: {RESTORE_OR_RENAME}, or delete "
+                f"query. {FENCE_LEFT}"
+                + lift_by_hand(repr(batch.pipeline), batch.info.epoch + 1, "restart this query.")
+                + f" If {restarted(ledger_too=True)}: {RESTORE_OR_RENAME}, or delete "
                 "the earlier run's records first: "
                 f"{forget_routes_sql(self.state_schema, scope, self.name)}",
                 sink=self.name,

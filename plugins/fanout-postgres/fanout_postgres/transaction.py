@@ -372,6 +372,8 @@ class PartitionTransaction:
             "completed (its process died while it asked the sinks; a refused start lifts "
             "the fence itself) and this is the old checkpoint started again to complete "
             "the batch, lift it: "
+            + _lift_command(self.meta.pipeline)
+            + ", or by hand: "
             + forget_fence_sql(
                 self.plan.state_schema, self.meta.pipeline, self.plan.sink, "append"
             ),
@@ -830,3 +832,15 @@ def _unique(table: pa.Table, keys: tuple[str, ...]) -> bool:
             return not bool((ordered[1:] == ordered[:-1]).any())
         return int(pc.count_distinct(column, mode="all").as_py()) == table.num_rows
     return int(table.group_by(list(keys)).aggregate([]).num_rows) == table.num_rows
+
+
+def _lift_command(scope: str) -> str:
+    """The ``fanout ledger lift-fence`` that lifts the fence closing ``scope`` (a
+    pipeline's scope, :func:`fanout.contract.batch.pipeline_scope`): of the start of the
+    epoch after it."""
+    _, at, number = scope.rpartition("@e")
+    epoch = int(number) if at and number.isdigit() else 0
+    return (
+        f"`fanout ledger lift-fence --config PIPELINE.toml --epoch {epoch + 1}` "
+        "(PIPELINE.toml: the pipeline's file)"
+    )

@@ -72,6 +72,11 @@ def test_an_append_straggler_of_the_replaced_query_does_not_append_its_rows_twic
     assert outcome.status == "failed"
     assert outcome.failure is not None
     assert "closed this batch's epoch for this sink" in outcome.failure.message
+    assert (
+        "lift it: `fanout ledger lift-fence --config PIPELINE.toml --epoch 1` (PIPELINE.toml: "
+        "the pipeline's file), or by hand: DELETE FROM fanout.progress WHERE pipeline = "
+        "'strag' AND sink = 'pg' AND batch_id = 9223372036854775807 AND partition = -1"
+    ) in outcome.failure.message
     assert query(
         pg_url, "SELECT pipeline, batch_id, partition FROM fanout.progress ORDER BY 1, 2"
     ) == [("strag", EPOCH_FENCE, -1), ("strag@e1", 0, 0)]

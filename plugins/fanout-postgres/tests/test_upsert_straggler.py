@@ -194,5 +194,7 @@ def test_a_straggler_of_an_epoch_a_reset_replaced_does_not_undo_the_new_epoch(
     with pytest.raises(SinkWriteError) as refused:
         sink.write(dataclasses.replace(first, info=BatchInfo("strag", 8, "q0")))
     assert "a later epoch of pipeline 'strag' began writing this sink" in str(refused.value)
+    # the old checkpoint started again after a killed start: the lift named
+    assert "fanout ledger lift-fence --config PIPELINE.toml --epoch 1" in str(refused.value)
     assert "partition(s) failed" not in str(refused.value)  # no partition task ran
     assert _table(pg_url) == [(1, "epoch 1"), (2, "epoch 0"), (3, "epoch 1")]
