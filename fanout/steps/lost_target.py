@@ -34,7 +34,7 @@ import logging
 from collections.abc import Collection, Iterator, Mapping
 
 from fanout.contract.sink import PartlyHeld, Sink
-from fanout.errors import TargetLostError, shell_word
+from fanout.errors import SinkRecordsGoneError, TargetLostError, shell_word
 from fanout.ledger.entry import Ledger, ledger_location, refused_query
 from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import redact
@@ -138,6 +138,24 @@ def refuse_lost_targets(
                     redact(target_text(sink), sink.secret_values()), batch, epoch,
                 )  # fmt: skip
             continue
+        gone = None if reason is not None else _gone(sink, pipeline, epoch, batch, bound)
+        if gone is not None:
+            error: TargetLostError = _records_gone(
+                pipeline, epoch, sink, batch, gone, pipeline_file, name in lags
+            )
+            if name in accepted:
+                log.warning(
+                    "pipeline %s, sink %s: its own records of batch %s of epoch %s are gone "
+                    "(%s); accepted (accept_lost_targets): it writes on, and a batch written "
+                    "after that mark and never marked is written a second time",
+                    pipeline, name, batch, epoch, gone,
+                )  # fmt: skip
+                continue
+            if name not in lags:
+                raise error
+            log.error("%s", error)
+            lost[name] = error
+            continue
         if name in accepted:
             log.warning(
                 "pipeline %s, sink %s: its target no longer holds batch %s of epoch %s%s; "
@@ -186,6 +204,75 @@ def _answer(
         return held, None
     reason = replaced_reason(sink, pipeline, epoch, batch_id, timeout_s)
     return (held, None) if reason is None else (False, reason)
+
+
+def _gone(
+    sink: Sink, pipeline: str, epoch: int, batch_id: int, timeout_s: float | None
+) -> str | None:
+    """``sink``'s :meth:`~fanout.Sink.records_gone` about ``batch_id`` of ``epoch`` (which
+    ``holds_batch`` said its target does not hold), masked with its secrets; ``None`` when
+    its type does not answer it, it raised or did not answer within ``timeout_s``
+    (logged)."""
+    if type(sink).records_gone is Sink.records_gone:
+        return None
+    question = f"whether its own records of batch {batch_id} of epoch {epoch} are gone"
+
+    def ask() -> str | None:
+        try:
+            return sink.records_gone(pipeline, epoch, batch_id)
+        except Exception as exc:  # records it cannot read tell nothing: holds_batch decides
+            why = redact(f"{type(exc).__name__}: {exc}", sink.secret_values())
+            log.warning("pipeline %s, sink %s: cannot tell %s: %s", pipeline, sink.name,
+                        question, why)  # fmt: skip
+            return None
+
+    gone = bounded(sink, pipeline, ask, timeout_s, hook="records-gone")
+    if isinstance(gone, NoAnswer):
+        log.warning(
+            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
+            pipeline, sink.name, timeout_s, question,
+        )  # fmt: skip
+        return None
+    return None if gone is None else redact(str(gone), sink.secret_values())
+
+
+def _records_gone(
+    pipeline: str,
+    epoch: int,
+    sink: Sink,
+    batch: int,
+    gone: str,
+    file: str | None,
+    lags: bool,
+) -> SinkRecordsGoneError:
+    """The refusal of a sink whose own records of ``batch`` (its last marked batch that
+    wrote rows) are gone while its target holds rows (``gone``: the sink's words), or,
+    ``lags``, the error it lags with."""
+    accept = f"`fanout run {file or 'PIPELINE.toml'} --accept-lost-target {shell_word(sink.name)}`"
+    if file is None:  # not run from a pipeline file: a FanOut of the caller's own
+        accept += f" (FanOut(accept_lost_targets=[{sink.name!r}]))"
+    now = (
+        "Nothing is written to it by this run: with on_failure='lag' it lags, its batches "
+        "wait in the spool (up to its max_lag), and the other sinks go on."
+        if lags
+        else "Nothing was written by this run."
+    )
+    text = (
+        f"pipeline {pipeline!r}, sink {sink.name!r}: its own records of batch {batch} of epoch "
+        f"{epoch}, which the ledger marks written to {target_text(sink)} (its last marked "
+        f"batch that wrote rows), are gone, and the target still holds rows: {gone}. "
+        "Its target was not found lost: the records telling which batches it holds were "
+        "removed apart from it. Without them a batch written after "
+        f"batch {batch} and never marked (the driver killed between the write and the mark) "
+        f"would be written a second time. {now}\n"
+        "Ways on: restore the sink's records (from the backup or dump that held them, or set "
+        "back the option that moved them), then start again: each batch is written once. Or, "
+        f"when they cannot be restored, accept it explicitly for this run: {accept}, which "
+        "writes on from the next batch into the target as it is, keeping new records from "
+        f"there: first check that the target holds no row of batch {batch + 1} (written "
+        "unmarked before the records went, it would then hold them twice)."
+    )
+    return SinkRecordsGoneError(redact(text, sink.secret_values()), sink=sink.name, batch_id=batch)
 
 
 def _written(

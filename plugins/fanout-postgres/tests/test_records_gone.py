@@ -1,0 +1,91 @@
+"""The PostgreSQL sink's own records gone (``fanout.progress`` rows deleted) while its table
+still holds the rows: the run is refused with a ``SinkRecordsGoneError`` naming the sink,
+the batch and what is gone, not a ``TargetLostError`` "created again empty", and never
+appends a batch a second time; with the records put back, every batch is held once.
+
+(i) a clean run, its records deleted between runs; (ii) the driver killed (a real
+subprocess) after the sink committed batch 2 and before its ledger mark, the records
+deleted before the restart: without them the replay of batch 2 would append it again."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pg_data import write_files
+from pg_driver import PIPELINE, drive, restart
+from pgcheck import execute, id_counts
+
+from fanout.testing.faults import KILL_EXIT_CODE
+from tests.integration.streams import committed_marks
+
+ROWS = 20
+SAVE = "CREATE TABLE public.saved_progress AS SELECT * FROM fanout.progress"
+DELETE = "DELETE FROM fanout.progress"
+PUT_BACK = "INSERT INTO fanout.progress SELECT * FROM public.saved_progress"
+
+
+def _ids(files: list[list[dict[str, Any]]]) -> Counter[int]:
+    return Counter(r["id"] for chunk in files for r in chunk)
+
+
+def _refusal_names_records_gone(text: str, batch: int) -> None:
+    """The refusal's key parts: the error, the sink, the batch, what is gone, the ways on."""
+    assert "SinkRecordsGoneError" in text, text[-3000:]
+    assert (
+        f"pipeline {PIPELINE!r}, sink 'events': its own records of batch {batch} of epoch 0, "
+        "which the ledger marks written to table 'events'"
+    ) in text
+    assert (
+        f"fanout.progress holds no progress mark of batch {batch} of sink 'events' under "
+        f"pipeline scope {PIPELINE!r} and fanout.upsert_routes no row of it, nor any record "
+        "of the sink under that pipeline scope, while table events is not empty"
+    ) in text
+    assert "created again empty" not in text
+    assert "Ways on: restore the sink's records" in text
+    assert "--accept-lost-target events" in text or "accept_lost_targets=['events']" in text
+
+
+def test_records_deleted_between_runs_refuse_the_run_until_put_back(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    files = write_files(tmp_path / "input", files=2, rows=ROWS, step=ROWS)  # unique ids
+    assert restart(spark, tmp_path, pg_url) == ""
+    assert id_counts(pg_url) == _ids(files)
+    execute(pg_url, SAVE, DELETE)
+
+    files += write_files(tmp_path / "more", files=4, rows=ROWS, step=ROWS)[2:]
+    for f in (tmp_path / "more").iterdir():
+        if f.name >= "part-0002":
+            f.rename(tmp_path / "input" / f.name)
+    refused = restart(spark, tmp_path, pg_url)
+    _refusal_names_records_gone(refused, 1)
+    assert id_counts(pg_url) == _ids(files[:2])  # nothing written
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {("events", b): 1 for b in (0, 1)}
+
+    execute(pg_url, PUT_BACK)
+    assert restart(spark, tmp_path, pg_url) == ""
+    assert id_counts(pg_url) == _ids(files)  # each id once
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {("events", b): 1 for b in range(4)}
+
+
+def test_a_batch_written_unmarked_is_not_appended_again_once_the_records_are_gone(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    files = write_files(tmp_path / "input", files=4, rows=ROWS, step=ROWS)
+    killed = drive(tmp_path, pg_url, "--kill-after-write", "2")
+    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+    assert id_counts(pg_url) == _ids(files[:3])  # batch 2 committed, unmarked
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {("events", b): 1 for b in (0, 1)}
+    execute(pg_url, SAVE, DELETE)
+
+    refused = restart(spark, tmp_path, pg_url)
+    _refusal_names_records_gone(refused, 1)
+    assert "a batch written after batch 1 and never marked" in refused
+    assert id_counts(pg_url) == _ids(files[:3])  # batch 2 not appended a second time
+
+    execute(pg_url, PUT_BACK)
+    assert restart(spark, tmp_path, pg_url) == ""
+    assert id_counts(pg_url) == _ids(files)  # batch 2 skipped by its marks, each id once
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {("events", b): 1 for b in range(4)}

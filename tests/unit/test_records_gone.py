@@ -1,0 +1,120 @@
+"""A sink whose own records of its last marked batch are gone while its target holds rows
+(fanout.steps.lost_target, :meth:`fanout.Sink.records_gone`): refused with a
+SinkRecordsGoneError naming the sink, the batch, what is gone and the ways on, not a
+"created again empty" TargetLostError; lagging or accepted as a lost target is; asked only
+after holds_batch said False with no replaced reason (a memory ledger, fake sinks)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from fanout import SinkRecordsGoneError, TargetLostError
+from fanout.steps.lost_target import refuse_lost_targets
+from tests.unit.test_lost_target import Replaced, _ledger
+
+GONE = "its progress rows were deleted (password s3cr3t)"
+
+
+class Gone(Replaced):
+    """A :class:`Replaced` that answers ``records_gone`` with ``gone`` (``fails``: raises;
+    ``hangs``: blocks until released), recording what it was asked."""
+
+    def __init__(self, name: str, held: set[int], gone: str | None = GONE, **kw: object) -> None:
+        super().__init__(name, held, **kw)  # type: ignore[arg-type]
+        self.gone = gone
+        self.gone_asked: list[tuple[int, int, str]] = []
+        self.gone_fails, self.gone_hangs = False, threading.Event()
+        self.gone_hangs.set()
+
+    def records_gone(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        self.gone_asked.append((epoch, batch_id, threading.current_thread().name))
+        self.gone_hangs.wait(10)
+        if self.gone_fails:
+            raise OSError("cannot read the records (s3cr3t)")
+        return self.gone
+
+
+def _refuse(*sinks: Gone, lags: tuple[str, ...] = (), accepted: tuple[str, ...] = (),
+            timeouts: dict[str, float] | None = None) -> dict[str, TargetLostError]:  # fmt: skip
+    ledger = _ledger({s.name: [3, 3, 0] for s in sinks})  # batch 2 wrote no row
+    named = {s.name: s for s in sinks}
+    return refuse_lost_targets("p", 0, ledger, named, ledger.last_committed("p", named),
+                               accepted, timeouts, lags=lags)  # fmt: skip
+
+
+def test_records_gone_refuse_naming_sink_batch_what_is_gone_and_the_ways_on() -> None:
+    a = Gone("a", set())
+    with pytest.raises(SinkRecordsGoneError) as refused:
+        _refuse(a)
+    text = str(refused.value)
+    assert (refused.value.sink, refused.value.batch_id) == ("a", 1)
+    assert text.startswith(
+        "sink 'a', batch 1: pipeline 'p', sink 'a': its own records of batch 1 of epoch 0, "
+        "which the ledger marks written to path '/data/silver' (its last marked batch that "
+        "wrote rows), are gone, and the target still holds rows: its progress rows were "
+        "deleted (password ***). Its target was not found lost"
+    )
+    assert "a batch written after batch 1 and never marked" in text
+    assert "Nothing was written by this run.\nWays on: restore the sink's records" in text
+    assert "`fanout run PIPELINE.toml --accept-lost-target a`" in text
+    assert "holds no row of batch 2" in text
+    assert "created again empty" not in text and "s3cr3t" not in text
+    assert a.asked == [(0, 2), (0, 1)] and [q[:2] for q in a.gone_asked] == [(0, 1)]
+
+
+def test_no_records_gone_leaves_the_lost_target_refusal_and_held_is_never_asked() -> None:
+    lost, held = Gone("lost", set(), gone=None), Gone("held", {0, 1})
+    with pytest.raises(TargetLostError) as refused:
+        _refuse(held, lost)
+    assert type(refused.value) is TargetLostError
+    assert "created again empty" in str(refused.value)
+    assert held.gone_asked == [] and [q[:2] for q in lost.gone_asked] == [(0, 1)]
+
+
+def test_a_replaced_reason_is_not_asked_whether_the_records_are_gone() -> None:
+    a = Gone("a", {0, 1}, reason="table t has OID 7 now, not 5, and holds no row")
+    with pytest.raises(TargetLostError, match="created again empty: table t has OID 7"):
+        _refuse(a)
+    assert a.gone_asked == []
+
+
+def test_records_gone_of_a_lagging_sink_lag_and_of_an_accepted_one_write_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lag, ok = Gone("lag", set()), Gone("ok", set())
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        lost = _refuse(lag, ok, lags=("lag",), accepted=("ok",))
+    assert list(lost) == ["lag"] and isinstance(lost["lag"], SinkRecordsGoneError)
+    assert "with on_failure='lag' it lags" in str(lost["lag"])
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "pipeline p, sink ok: its own records of batch 1 of epoch 0 are gone (its progress "
+        "rows were deleted (password ***)); accepted (accept_lost_targets): it writes on, and "
+        "a batch written after that mark and never marked is written a second time"
+    ]
+
+
+def test_a_records_gone_hook_that_fails_or_hangs_cannot_tell(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Logged (masked), and holds_batch's False stands: the lost-target refusal."""
+    fails = Gone("fails", set())
+    fails.gone_fails = True
+    with caplog.at_level(logging.WARNING, logger="fanout"), pytest.raises(TargetLostError) as r:
+        _refuse(fails)
+    assert type(r.value) is TargetLostError
+    assert caplog.records[-1].getMessage() == (
+        "pipeline p, sink fails: cannot tell whether its own records of batch 1 of epoch 0 "
+        "are gone: OSError: cannot read the records (***)"
+    )
+    hangs = Gone("hangs", set())
+    hangs.gone_hangs.clear()
+    try:
+        with pytest.raises(TargetLostError) as r:
+            _refuse(hangs, timeouts={"hangs": 0.2})
+    finally:
+        hangs.gone_hangs.set()
+    assert type(r.value) is TargetLostError
+    assert [q[2] for q in hangs.gone_asked] == ["fanout-p-hangs-records-gone"]
