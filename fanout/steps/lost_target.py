@@ -43,6 +43,7 @@ from fanout.steps.holds import (
     NoAnswer,
     answers_target_replaced,
     bounded,
+    gone_reason,
     holds_answer,
     replaced_reason,
 )
@@ -138,7 +139,7 @@ def refuse_lost_targets(
                     redact(target_text(sink), sink.secret_values()), batch, epoch,
                 )  # fmt: skip
             continue
-        gone = None if reason is not None else _gone(sink, pipeline, epoch, batch, bound)
+        gone = None if reason is not None else gone_reason(sink, pipeline, epoch, batch, bound)
         if gone is not None:
             error: TargetLostError = _records_gone(
                 pipeline, epoch, sink, batch, gone, pipeline_file, name in lags
@@ -206,36 +207,6 @@ def _answer(
     return (held, None) if reason is None else (False, reason)
 
 
-def _gone(
-    sink: Sink, pipeline: str, epoch: int, batch_id: int, timeout_s: float | None
-) -> str | None:
-    """``sink``'s :meth:`~fanout.Sink.records_gone` about ``batch_id`` of ``epoch`` (which
-    ``holds_batch`` said its target does not hold), masked with its secrets; ``None`` when
-    its type does not answer it, it raised or did not answer within ``timeout_s``
-    (logged)."""
-    if type(sink).records_gone is Sink.records_gone:
-        return None
-    question = f"whether its own records of batch {batch_id} of epoch {epoch} are gone"
-
-    def ask() -> str | None:
-        try:
-            return sink.records_gone(pipeline, epoch, batch_id)
-        except Exception as exc:  # records it cannot read tell nothing: holds_batch decides
-            why = redact(f"{type(exc).__name__}: {exc}", sink.secret_values())
-            log.warning("pipeline %s, sink %s: cannot tell %s: %s", pipeline, sink.name,
-                        question, why)  # fmt: skip
-            return None
-
-    gone = bounded(sink, pipeline, ask, timeout_s, hook="records-gone")
-    if isinstance(gone, NoAnswer):
-        log.warning(
-            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
-            pipeline, sink.name, timeout_s, question,
-        )  # fmt: skip
-        return None
-    return None if gone is None else redact(str(gone), sink.secret_values())
-
-
 def _records_gone(
     pipeline: str,
     epoch: int,
@@ -273,6 +244,13 @@ def _records_gone(
         "unmarked before the records went, it would then hold them twice)."
     )
     return SinkRecordsGoneError(redact(text, sink.secret_values()), sink=sink.name, batch_id=batch)
+
+
+def last_written(ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: int) -> int | None:
+    """The sink's last mark of ``epoch`` at or before ``mark`` that wrote rows to its
+    target (:func:`_written`), ``None`` when none did."""
+    written = _written(ledger, pipeline, epoch, sink, mark)
+    return written[0][0] if written else None
 
 
 def _written(

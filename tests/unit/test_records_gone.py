@@ -1,5 +1,6 @@
 """A sink whose own records of its last marked batch are gone while its target holds rows
-(fanout.steps.lost_target, :meth:`fanout.Sink.records_gone`): refused with a
+(fanout.steps.lost_target and, at a new epoch's start, fanout.steps.unmarked;
+:meth:`fanout.Sink.records_gone`): refused with a
 SinkRecordsGoneError naming the sink, the batch, what is gone and the ways on, not a
 "created again empty" TargetLostError; lagging or accepted as a lost target is; asked only
 after holds_batch said False with no replaced reason (a memory ledger, fake sinks)."""
@@ -11,10 +12,14 @@ import threading
 
 import pytest
 
-from fanout import SinkRecordsGoneError, TargetLostError
+from fanout import BatchInfo, SinkRecordsGoneError, TargetLostError
+from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.memory import MemoryLedger
 from fanout.steps.lost_target import refuse_lost_targets
+from fanout.steps.unmarked import refuse_unmarked
 from tests.unit.test_lost_target import Replaced, _ledger
 
+INFO = BatchInfo("p", 0, "new", epoch=0)
 GONE = "its progress rows were deleted (password s3cr3t)"
 
 
@@ -118,3 +123,50 @@ def test_a_records_gone_hook_that_fails_or_hangs_cannot_tell(
         hangs.gone_hangs.set()
     assert type(r.value) is TargetLostError
     assert [q[2] for q in hangs.gone_asked] == ["fanout-p-hangs-records-gone"]
+
+
+def _epoch_ledger(sinks: dict[str, int]) -> MemoryLedger:
+    """Marks of epoch 0 up to each sink's last, each with 3 rows (the old query's)."""
+    ledger = MemoryLedger()
+    for sink, last in sinks.items():
+        for batch in range(last + 1):
+            ledger.mark_committed(LedgerEntry("p", sink, batch, "committed", rows=3,
+                                              query_id="old"))  # fmt: skip
+    return ledger
+
+
+def test_a_new_epoch_is_refused_when_a_sink_saying_not_held_lost_its_records() -> None:
+    """Its "does not hold batch 3" is no answer: asked about its last mark that wrote rows
+    (2), its records are gone; the start is refused, nothing recorded; the same sink with
+    its records there, or without the hook, lets the epoch start."""
+    ledger = _epoch_ledger({"a": 2, "b": 2})
+    a, b = Gone("a", set()), Gone("b", {0, 1, 2}, gone=None)
+    with pytest.raises(SinkRecordsGoneError) as refused:
+        refuse_unmarked(INFO, ledger, {"a": a, "b": b})
+    text = str(refused.value)
+    assert (refused.value.sink, refused.value.batch_id) == ("a", 3)
+    assert text.startswith(
+        "sink 'a', batch 3: pipeline 'p': query new cannot start epoch 1: the records sink "
+        "'a' keeps of batch 2 of epoch 0, which the ledger marks written to path "
+        "'/data/silver', are gone, and the target still holds rows: its progress rows were "
+        "deleted (password ***). Without them its answer that it does not hold batch 3"
+    )
+    assert "Nothing was written under epoch 1.\nWays on: restore the sink's records" in text
+    assert "`--accept-lost-target a`" in text and "s3cr3t" not in text
+    assert [q[:2] for q in a.gone_asked] == [(0, 2)] and b.gone_asked == []
+    assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 2}  # no lost mark
+    a.gone = None
+    refuse_unmarked(INFO, ledger, {"a": a, "b": b})
+
+
+def test_a_new_epoch_starts_for_an_accepted_sink_whose_records_are_gone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ledger = _epoch_ledger({"a": 2})
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        refuse_unmarked(INFO, ledger, {"a": Gone("a", set())}, accepted=("a",))
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline p, sink a: its own records of batch 2 of epoch 0 are gone (its progress "
+        "rows were deleted (password ***)); accepted (accept_lost_targets): epoch 1 starts, "
+        "and batch 3, if it was written and never marked, is written a second time"
+    ]
