@@ -560,7 +560,9 @@ class Sink:
 
         Called on the driver only at a run's lost-target check, once :meth:`holds_batch`
         said ``False`` about the sink's last marked batch that wrote rows (the ledger says
-        the target got that batch): records kept beside the target can be deleted apart
+        the target got that batch), and at a new epoch's start, once it said ``False`` about
+        the batch after the sink's mark, about its last mark of that epoch that wrote rows
+        (a reason refuses the start, before anything is fenced): records kept beside the target can be deleted apart
         from it (an operator cleaning "internal" tables, a database restored from a dump
         taken without them, a log's retention), and then ``False`` would accuse the target
         of being created again empty, and, for a batch written after that mark and never
