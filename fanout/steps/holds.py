@@ -122,13 +122,7 @@ def gone_reason(
                         question, why)  # fmt: skip
             return None
 
-    gone = bounded(sink, pipeline, ask, timeout_s, hook="records-gone")
-    if isinstance(gone, NoAnswer):
-        log.warning(
-            "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
-            pipeline, sink.name, timeout_s, question,
-        )  # fmt: skip
-        return None
+    gone = _in_time(sink, pipeline, ask, timeout_s, "records-gone", question)
     return None if gone is None else redact(str(gone), sink.secret_values())
 
 
@@ -163,17 +157,32 @@ def replaced_reason(
     question = (
         f"whether its target is still the one batch {batch_id} of epoch {epoch} was written to"
     )
-    reason = bounded(
+    reason = _in_time(
         sink,
         pipeline,
         lambda: replaced_answer(sink, pipeline, epoch, batch_id, question),
         timeout_s,
-        hook="target-replaced",
+        "target-replaced",
+        question,
     )
-    if isinstance(reason, NoAnswer):
+    return None if isinstance(reason, CannotTell) else reason
+
+
+def _in_time(
+    sink: Sink,
+    pipeline: str,
+    ask: Callable[[], T],
+    timeout_s: float | None,
+    hook: str,
+    question: str,
+) -> T | None:
+    """``ask()`` bounded by :func:`bounded`; ``None`` when it did not answer within
+    ``timeout_s``, logged as "cannot tell within its write_timeout_s ``question``"."""
+    answer = bounded(sink, pipeline, ask, timeout_s, hook=hook)
+    if isinstance(answer, NoAnswer):
         log.warning(
             "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
             pipeline, sink.name, timeout_s, question,
         )  # fmt: skip
         return None
-    return None if isinstance(reason, CannotTell) else reason
+    return answer

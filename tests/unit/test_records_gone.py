@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -50,12 +51,17 @@ def _refuse(*sinks: Gone, lags: tuple[str, ...] = (), accepted: tuple[str, ...] 
                                accepted, timeouts, lags=lags)  # fmt: skip
 
 
+def _refused_for(call: Callable[[], object], sink: str, batch: int) -> str:
+    """The text of the SinkRecordsGoneError ``call`` raises, naming ``sink`` and ``batch``."""
+    with pytest.raises(SinkRecordsGoneError) as refused:
+        call()
+    assert (refused.value.sink, refused.value.batch_id) == (sink, batch)
+    return str(refused.value)
+
+
 def test_records_gone_refuse_naming_sink_batch_what_is_gone_and_the_ways_on() -> None:
     a = Gone("a", set())
-    with pytest.raises(SinkRecordsGoneError) as refused:
-        _refuse(a)
-    text = str(refused.value)
-    assert (refused.value.sink, refused.value.batch_id) == ("a", 1)
+    text = _refused_for(lambda: _refuse(a), "a", 1)
     assert text.startswith(
         "sink 'a', batch 1: pipeline 'p', sink 'a': its own records of batch 1 of epoch 0, "
         "which the ledger marks written to path '/data/silver' (its last marked batch that "
@@ -141,10 +147,7 @@ def test_a_new_epoch_is_refused_when_a_sink_saying_not_held_lost_its_records() -
     its records there, or without the hook, lets the epoch start."""
     ledger = _epoch_ledger({"a": 2, "b": 2})
     a, b = Gone("a", set()), Gone("b", {0, 1, 2}, gone=None)
-    with pytest.raises(SinkRecordsGoneError) as refused:
-        refuse_unmarked(INFO, ledger, {"a": a, "b": b})
-    text = str(refused.value)
-    assert (refused.value.sink, refused.value.batch_id) == ("a", 3)
+    text = _refused_for(lambda: refuse_unmarked(INFO, ledger, {"a": a, "b": b}), "a", 3)
     assert text.startswith(
         "sink 'a', batch 3: pipeline 'p': query new cannot start epoch 1: the records sink "
         "'a' keeps of batch 2 of epoch 0, which the ledger marks written to path "

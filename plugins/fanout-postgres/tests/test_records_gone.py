@@ -110,16 +110,16 @@ def test_a_reset_after_the_records_went_is_refused_before_the_new_epoch_writes(
         _run(old, spark, "query-old", 1, 10)
     execute(pg_url, SAVE, DELETE)
 
+    new = _fan(tmp_path, pg_url, on_reset="new_epoch")
     with pytest.raises(SinkRecordsGoneError) as refused:
-        _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
-    text = str(refused.value)
-    assert text.startswith(
+        _run(new, spark, "query-new", 0, 10)
+    assert str(refused.value).startswith(
         "sink 'pg', batch 1: pipeline 'unmarkedpg': query query-new cannot start epoch 1: "
         "the records sink 'pg' keeps of batch 0 of epoch 0, which the ledger marks written to "
         "table 'unmarked_orders', are gone, and the target still holds rows: "
         "fanout.progress holds no progress mark of batch 0 of sink 'pg'"
     )
-    assert "Nothing was written under epoch 1.\nWays on: restore" in text
+    assert "Nothing was written under epoch 1.\nWays on: restore" in str(refused.value)
     assert _ids(pg_url) == list(range(20))
 
     execute(pg_url, PUT_BACK)
