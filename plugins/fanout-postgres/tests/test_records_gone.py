@@ -13,7 +13,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pg_data import write_files
 from pg_driver import PIPELINE, drive, restart
 from pgcheck import execute, id_counts
@@ -90,39 +89,3 @@ def test_a_batch_written_unmarked_is_not_appended_again_once_the_records_are_gon
     assert restart(spark, tmp_path, pg_url) == ""
     assert id_counts(pg_url) == _ids(files)  # batch 2 skipped by its marks, each id once
     assert committed_marks(tmp_path / "ledger", PIPELINE) == {("events", b): 1 for b in range(4)}
-
-
-def test_a_reset_after_the_records_went_is_refused_before_the_new_epoch_writes(
-    spark: Any, pg_url: str, tmp_path: Path
-) -> None:
-    """pg wrote batch 1 and lost its mark, then its records went: its "not held" about
-    batch 1 is no answer, so the new epoch's start is refused (before, the epoch started,
-    its first run was refused "created again empty", and once the records were put back
-    the new epoch wrote batch 1's rows a second time); with them back, the unmarked batch
-    is found and refused as such."""
-    from test_unmarked_batch import KillAfterPostgresWrote, _fan, _ids, _run
-
-    from fanout import SinkRecordsGoneError, UnmarkedBatchError
-
-    old = _fan(tmp_path, pg_url, KillAfterPostgresWrote())
-    _run(old, spark, "query-old", 0, 0)
-    with pytest.raises(BaseException, match="killed between the write and the mark"):
-        _run(old, spark, "query-old", 1, 10)
-    execute(pg_url, SAVE, DELETE)
-
-    new = _fan(tmp_path, pg_url, on_reset="new_epoch")
-    with pytest.raises(SinkRecordsGoneError) as refused:
-        _run(new, spark, "query-new", 0, 10)
-    assert str(refused.value).startswith(
-        "sink 'pg', batch 1: pipeline 'unmarkedpg': query query-new cannot start epoch 1: "
-        "the records sink 'pg' keeps of batch 0 of epoch 0, which the ledger marks written to "
-        "table 'unmarked_orders', are gone, and the target still holds rows: "
-        "fanout.progress holds no progress mark of batch 0 of sink 'pg'"
-    )
-    assert "Nothing was written under epoch 1.\nWays on: restore" in str(refused.value)
-    assert _ids(pg_url) == list(range(20))
-
-    execute(pg_url, PUT_BACK)
-    with pytest.raises(UnmarkedBatchError, match="sink pg holds batch 1 of epoch 0"):
-        _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
-    assert _ids(pg_url) == list(range(20))
