@@ -7,8 +7,9 @@ changed since, leaves the table with its rows and the sink without the records t
 which batches it holds. :meth:`~fanout_postgres.PostgresSink.holds_batch` then says
 ``False``, which the core would read as a table created again empty, and, for a batch
 written after the last mark and never marked, its replay would append it a second time.
-Asked only at a run's lost-target check, after ``holds_batch`` said ``False`` about a
-batch the ledger marks written there with rows (:meth:`fanout.Sink.records_gone`).
+Asked only at a run's lost-target check and at a new epoch's start, after ``holds_batch``
+said ``False``, about a batch the ledger marks written there with rows
+(:meth:`fanout.Sink.records_gone`).
 """
 
 from __future__ import annotations
@@ -25,23 +26,26 @@ def records_gone(
     """Why sink ``sink``'s records of batch ``batch_id`` of pipeline scope ``scope`` are
     gone while its table ``table`` (SQL; ``shown``: as the options name it) is not empty: a
     sentence naming the state tables, what is left in them of the scope and the ways to get
-    them back; ``None`` when a progress mark or ``upsert_routes`` row of the batch is there
-    (another answer decides), or the table is empty (its rows went too: a lost target).
-    One query, then the table's size."""
+    them back; ``None`` when a progress mark or ``upsert_routes`` row of the batch, or of a
+    later batch, is there (another answer decides: the sink itself prunes the marks of a
+    partition older than ``KEEP_MARKS`` batches, so a batch whose rows went to the dead
+    letters only, a mark of 0 rows, may be the last record of an older batch that wrote
+    rows), or the table holds no row (its rows went too: a lost target). One query, then
+    the table's size and, when it is not 0, whether it holds a row (:func:`_holds_a_row`)."""
     import sqlalchemy as sa
 
     schema = quote(state_schema)
     where = "pipeline = :scope AND sink = :sink"
     held, marks, routes = conn.execute(
         sa.text(
-            f"SELECT (SELECT count(*) FROM {schema}.progress WHERE {where} AND batch_id = :b)"
-            f" + (SELECT count(*) FROM {schema}.upsert_routes WHERE {where} AND batch_id = :b),"
+            f"SELECT (SELECT count(*) FROM {schema}.progress WHERE {where} AND batch_id >= :b)"
+            f" + (SELECT count(*) FROM {schema}.upsert_routes WHERE {where} AND batch_id >= :b),"
             f" (SELECT count(DISTINCT batch_id) FROM {schema}.progress WHERE {where}),"
             f" (SELECT count(DISTINCT batch_id) FROM {schema}.upsert_routes WHERE {where})"
         ),
         {"scope": scope, "sink": sink, "b": batch_id},
     ).one()
-    if held or relation_bytes(conn, table) == 0:
+    if held or not _holds_a_row(conn, table):
         return None
     left = (
         "nor any record of the sink under that pipeline scope"
@@ -58,3 +62,22 @@ def records_gone(
         f"pipeline is {scope!r} (from the dump or backup that held them: `pg_dump "
         f"--schema={state_schema}`), or set state_schema back"
     )
+
+
+def _holds_a_row(conn: Any, table: str) -> bool:
+    """Whether table ``table`` (SQL) holds a row: its size first (0: created and never
+    written, or emptied by ``TRUNCATE``; read from the catalog, no ``SELECT`` right needed),
+    then, when the role may read it, one row of it: a table emptied by ``DELETE`` keeps its
+    pages until a vacuum, so its size alone would call it holding rows (records gone) when
+    it lost them (a lost target). Without the ``SELECT`` right (an append sink needs only
+    ``INSERT``), its size decides. Asked only on the run-start path, never per batch."""
+    import sqlalchemy as sa
+
+    if relation_bytes(conn, table) == 0:
+        return False
+    readable = conn.execute(
+        sa.text("SELECT has_table_privilege(to_regclass(:table), 'SELECT')"), {"table": table}
+    ).scalar()
+    if not readable:
+        return True
+    return bool(conn.execute(sa.text(f"SELECT EXISTS (SELECT 1 FROM {table})")).scalar())

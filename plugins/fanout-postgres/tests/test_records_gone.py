@@ -15,7 +15,7 @@ from typing import Any
 
 from pg_data import write_files
 from pg_driver import PIPELINE, drive, restart
-from pgcheck import execute, id_counts
+from pgcheck import execute, id_counts, query
 
 from fanout.testing.faults import KILL_EXIT_CODE
 from tests.integration.streams import committed_marks
@@ -89,3 +89,60 @@ def test_a_batch_written_unmarked_is_not_appended_again_once_the_records_are_gon
     assert restart(spark, tmp_path, pg_url) == ""
     assert id_counts(pg_url) == _ids(files)  # batch 2 skipped by its marks, each id once
     assert committed_marks(tmp_path / "ledger", PIPELINE) == {("events", b): 1 for b in range(4)}
+
+
+def _hook_sink(spark: Any, pg_url: str, mode: str = "append", **options: Any) -> Any:
+    """A sink of table ``t`` (one partition) opened as ``FanOut`` opens it, for its hook."""
+    from fanout_postgres import PostgresSink
+
+    from fanout.testing import open_sink
+
+    execute(pg_url, "CREATE TABLE t (id bigint PRIMARY KEY, name text NOT NULL)")
+    keys = {"keys": ["id"]} if mode == "upsert" else {}
+    return open_sink(
+        PostgresSink("pg", url=pg_url, table="t", mode=mode, partitions=1, **keys, **options),
+        "hook",
+    )
+
+
+def _write(spark: Any, sink: Any, batch_id: int, rows: list[tuple[int, str | None]]) -> int:
+    from fanout.contract.batch import Batch, BatchInfo
+
+    frame = spark.createDataFrame(rows, "id LONG, name STRING")
+    info = BatchInfo("hook", batch_id, "q0")
+    return int(sink.write(Batch(frame, info, "pg", "fanout/hook/pg")).rows)
+
+
+def test_records_pruned_by_the_sink_itself_are_not_records_gone(spark: Any, pg_url: str) -> None:
+    """The sink prunes its own marks older than KEEP_MARKS (100) batches: batch 0 wrote
+    rows, batch 101's only row went to the dead letters (a mark of 0 rows, so the ledger's
+    last mark that wrote rows is still batch 0) and its mark pruned batch 0's. Not "records
+    gone": a new epoch's start asks about batch 0 (the ledger's last mark that wrote rows),
+    and a reason there refused a healthy pipeline at every checkpoint reset."""
+    sink = _hook_sink(spark, pg_url, dead_letter="postgres:rejects")
+    assert _write(spark, sink, 0, [(1, "a"), (2, "b")]) == 2
+    assert _write(spark, sink, 101, [(3, None)]) == 0  # NOT NULL: refused, dead-lettered
+    assert query(pg_url, "SELECT batch_id, rows FROM fanout.progress ORDER BY 1") == [(101, 0)]
+    assert sink.holds_batch("hook", 0, 101) is True
+    assert sink.records_gone("hook", 0, 0) is None
+    execute(pg_url, DELETE)  # all of them deleted: that is records gone
+    gone = sink.records_gone("hook", 0, 0)
+    assert gone is not None and gone.startswith(
+        "fanout.progress holds no progress mark of batch 0 of sink 'pg' under pipeline scope "
+        "'hook' and fanout.upsert_routes no row of it, nor any record of the sink"
+    ), gone
+
+
+def test_a_table_emptied_by_delete_is_a_lost_target_not_records_gone(
+    spark: Any, pg_url: str
+) -> None:
+    """``DELETE FROM t`` without a vacuum leaves its heap's pages: its size is not 0, but it
+    holds no row. With its records gone too, that is a lost target (``None``), not "the
+    target still holds rows"."""
+    sink = _hook_sink(spark, pg_url)
+    assert _write(spark, sink, 0, [(1, "a"), (2, "b")]) == 2
+    execute(pg_url, DELETE)
+    assert sink.records_gone("hook", 0, 0) is not None  # the rows are there
+    execute(pg_url, "DELETE FROM t")
+    assert query(pg_url, "SELECT pg_relation_size('t') > 0") == [(True,)]
+    assert sink.records_gone("hook", 0, 0) is None
