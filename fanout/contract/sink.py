@@ -568,9 +568,12 @@ class Sink:
         written after that mark and never marked, let its replay write it a second time. A
         reason refuses the run with :class:`fanout.SinkRecordsGoneError` quoting it (not
         "created again empty"; a sink with ``on_failure="lag"`` lags with it;
-        ``accept_lost_targets`` accepts it and writes on). Bounded by ``write_timeout_s`` as
-        :meth:`holds_batch` is; one that raises or does not answer in time counts as
-        ``None``. Reads only; fanout masks the reason with :meth:`secret_values`."""
+        ``accept_lost_targets`` accepts it and writes on; one whose
+        :meth:`harmless_rewrite` gives a reason writes on, warned). Records the sink
+        removes itself (pruning old ones) are not gone: answer ``None`` then. Bounded by
+        ``write_timeout_s`` as :meth:`holds_batch` is; one that raises or does not answer
+        in time counts as ``None``. Reads only; fanout masks the reason with
+        :meth:`secret_values`."""
         return None
 
     def harmless_rewrite(self) -> str | None:

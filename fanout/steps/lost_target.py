@@ -140,6 +140,8 @@ def refuse_lost_targets(
                 )  # fmt: skip
             continue
         gone = None if reason is not None else gone_reason(sink, pipeline, epoch, batch, bound)
+        if gone is not None and harmless_gone(sink, pipeline, epoch, batch, gone):
+            continue
         if gone is not None:
             error: TargetLostError = _records_gone(
                 pipeline, epoch, sink, batch, gone, pipeline_file, name in lags
@@ -244,6 +246,23 @@ def _records_gone(
         "unmarked before the records went, it would then hold them twice)."
     )
     return SinkRecordsGoneError(redact(text, sink.secret_values()), sink=sink.name, batch_id=batch)
+
+
+def harmless_gone(sink: Sink, pipeline: str, epoch: int, batch: int, gone: str) -> bool:
+    """Whether ``sink``, whose own records of ``batch`` are gone (``gone``: its words),
+    takes a batch again harmlessly (:meth:`fanout.Sink.harmless_rewrite`: an upsert by key):
+    a replay of a batch written and never marked rewrites its keys, no loss and no second
+    copy to refuse for; logged as a warning then."""
+    harmless = sink.harmless_rewrite()
+    if harmless is None:
+        return False
+    log.warning(
+        "pipeline %s, sink %s: its own records of batch %s of epoch %s are gone (%s); it "
+        "writes on, as a batch written again is harmless there (%s): a batch written after "
+        "that mark and never marked is written again over itself",
+        pipeline, sink.name, batch, epoch, gone, harmless,
+    )  # fmt: skip
+    return True
 
 
 def last_written(ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: int) -> int | None:

@@ -63,7 +63,7 @@ from fanout.steps.holds import (
     holds_answer,
     replaced_reason,
 )
-from fanout.steps.lost_target import last_written, target_text
+from fanout.steps.lost_target import harmless_gone, last_written, target_text
 
 log = logging.getLogger("fanout")
 
@@ -261,7 +261,7 @@ def refuse_records_gone(
         if written is None:
             continue
         gone = gone_reason(sink, info.pipeline, info.epoch, written, bounds.get(sink.name))
-        if gone is None:
+        if gone is None or harmless_gone(sink, info.pipeline, info.epoch, written, gone):
             continue
         if sink.name in accepted:
             log.warning(

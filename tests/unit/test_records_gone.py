@@ -173,3 +173,28 @@ def test_a_new_epoch_starts_for_an_accepted_sink_whose_records_are_gone(
         "rows were deleted (password ***)); accepted (accept_lost_targets): epoch 1 starts, "
         "and batch 3, if it was written and never marked, is written a second time"
     ]
+
+
+class HarmlessGone(Gone):
+    """A :class:`Gone` whose rewrite of a batch is harmless (an upsert by key)."""
+
+    def harmless_rewrite(self) -> str | None:
+        return "it upserts by key"
+
+
+def test_records_gone_of_a_sink_rewriting_harmlessly_pass_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No loss and no second copy to refuse for: a replay of a batch written unmarked
+    rewrites its keys. At a run's check and at a new epoch's start, logged (masked)."""
+    up = HarmlessGone("up", set())
+    with caplog.at_level(logging.WARNING, logger="fanout"):
+        assert _refuse(up) == {}
+        refuse_unmarked(INFO, _epoch_ledger({"up": 2}), {"up": HarmlessGone("up", set())})
+    said = (
+        "pipeline p, sink up: its own records of batch {} of epoch 0 are gone (its progress "
+        "rows were deleted (password ***)); it writes on, as a batch written again is "
+        "harmless there (it upserts by key): a batch written after that mark and never "
+        "marked is written again over itself"
+    )
+    assert [r.getMessage() for r in caplog.records] == [said.format(1), said.format(2)]

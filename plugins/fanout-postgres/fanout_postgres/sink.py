@@ -951,8 +951,9 @@ class PostgresSink(PartitionedSink):
         """Why the sink's progress marks and ``upsert_routes`` rows of batch ``batch_id``
         of ``epoch`` are gone while its table is not empty
         (:func:`fanout_postgres.gone.records_gone`): deleted from ``state_schema``, or
-        ``state_schema`` changed since. ``None``: a record of the batch is there, the
-        table is missing or empty (a lost target). Asked only after :meth:`holds_batch`
+        ``state_schema`` changed since. ``None``: a record of the batch or of a later one
+        is there (pruned, not deleted), the table is missing or holds no row (a lost
+        target). Asked only after :meth:`holds_batch`
         said ``False`` about a batch the ledger marks written there with rows."""
         engine = self._engine()
         with engine.connect() as conn:

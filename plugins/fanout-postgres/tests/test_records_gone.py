@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pg_data import write_files
+from pg_data import latest, write_files
 from pg_driver import PIPELINE, drive, restart
 from pgcheck import execute, id_counts, query
 
@@ -146,3 +146,24 @@ def test_a_table_emptied_by_delete_is_a_lost_target_not_records_gone(
     execute(pg_url, "DELETE FROM t")
     assert query(pg_url, "SELECT pg_relation_size('t') > 0") == [(True,)]
     assert sink.records_gone("hook", 0, 0) is None
+
+
+def test_upsert_records_gone_pass_as_its_rewrite_is_harmless(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """Upsert by key without a dead-letter target (``harmless_rewrite``): its
+    ``upsert_routes`` rows deleted after batch 2 was written and never marked (a real
+    subprocess killed), the restart neither refuses (no loss, no duplicate to prevent) nor
+    keeps a key twice: batch 2 upserted again, each id once, holding its last file's row."""
+    files = write_files(tmp_path / "input", files=4, rows=ROWS, step=ROWS // 2)  # overlapping
+    killed = drive(tmp_path, pg_url, "--kill-after-write", "2", "--mode", "upsert")
+    assert killed.returncode == KILL_EXIT_CODE, killed.stderr[-3000:]
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {("events", b): 1 for b in (0, 1)}
+    assert query(pg_url, "SELECT count(*) FROM fanout.upsert_routes") != [(0,)]
+    execute(pg_url, "DELETE FROM fanout.upsert_routes")
+
+    assert restart(spark, tmp_path, pg_url, mode="upsert") == ""
+    assert id_counts(pg_url) == Counter(latest(files).keys())  # each id once
+    rows = query(pg_url, "SELECT id, customer, amount, version FROM events ORDER BY id")
+    assert rows == [tuple(r.values()) for _, r in sorted(latest(files).items())]
+    assert committed_marks(tmp_path / "ledger", PIPELINE) == {("events", b): 1 for b in range(4)}
