@@ -29,7 +29,11 @@ def _write(fan: FanOut, spark: Any, batch_id: int) -> None:
     fan.process(spark.createDataFrame([(batch_id * 10 + n,) for n in range(3)], "id LONG"), info)
 
 
-@pytest.mark.xfail(strict=True, reason="Delta app transactions expired: batch 1 written again")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="Delta app transactions expired: batch 1 written again",
+)
 def test_an_expired_transaction_of_an_unmarked_batch_does_not_let_its_replay_write_it_again(
     spark: Any, tmp_path: Path
 ) -> None:

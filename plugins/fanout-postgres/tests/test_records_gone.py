@@ -59,8 +59,11 @@ def test_records_deleted_between_runs_refuse_the_run_until_put_back(
     for f in (tmp_path / "more").iterdir():
         if f.name >= "part-0002":
             f.rename(tmp_path / "input" / f.name)
-    refused = restart(spark, tmp_path, pg_url)
+    # a password in the URL (the server trusts local connections: it is not checked)
+    with_password = pg_url.replace("postgres@", "postgres:pw-s3cr3t-x@", 1)
+    refused = restart(spark, tmp_path, with_password)
     _refusal_names_records_gone(refused, 1)
+    assert "s3cr3t" not in refused
     assert id_counts(pg_url) == _ids(files[:2])  # nothing written
     assert committed_marks(tmp_path / "ledger", PIPELINE) == {("events", b): 1 for b in (0, 1)}
 
