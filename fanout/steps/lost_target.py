@@ -265,11 +265,21 @@ def harmless_gone(sink: Sink, pipeline: str, epoch: int, batch: int, gone: str) 
     return True
 
 
-def last_written(ledger: Ledger, pipeline: str, epoch: int, sink: str, mark: int) -> int | None:
+def last_written(
+    ledger: Ledger,
+    pipeline: str,
+    epoch: int,
+    sink: str,
+    mark: int,
+    query_id: str | None = None,
+    configured: Collection[str] | None = None,
+) -> int | None:
     """The sink's last mark of ``epoch`` at or before ``mark`` that wrote rows to its
-    target (:func:`_written`), ``None`` when none did."""
-    written = _written(ledger, pipeline, epoch, sink, mark)
-    return written[0][0] if written else None
+    target (:func:`_written`, ``query_id`` and ``configured`` as there), passing a lost
+    mark whose copy the unmarked batch's refusal offered to remove (its records gone as
+    that way on asks), ``None`` when none is left."""
+    written = _written(ledger, pipeline, epoch, sink, mark, query_id, configured)
+    return next((batch for batch, lost in written if not lost), None)
 
 
 def _written(

@@ -257,7 +257,8 @@ def refuse_records_gone(
         sink, mark = sinks[answer.sink], marks.get(answer.sink)
         if answer.holds is not False or mark is None or not answers_records_gone(sink):
             continue
-        written = last_written(ledger, info.pipeline, info.epoch, sink.name, mark)
+        written = last_written(ledger, info.pipeline, info.epoch, sink.name, mark,
+                               info.query_id, sinks)  # fmt: skip
         if written is None:
             continue
         gone = gone_reason(sink, info.pipeline, info.epoch, written, bounds.get(sink.name))

@@ -228,3 +228,21 @@ def test_a_reset_after_the_records_went_is_refused_before_the_new_epoch_writes(
     with pytest.raises(UnmarkedBatchError, match="sink pg holds batch 1 of epoch 0"):
         _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
     assert _ids(pg_url) == list(range(20))
+
+
+def test_the_unmarked_copy_removed_as_the_refusal_says_is_not_records_gone(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The refusal's way on: remove pg's copy of batch 1 (its rows and its progress marks,
+    so that its own records no longer hold it) and start this query again. The lost mark
+    it recorded is pg's last mark that wrote rows, and its records are gone, as the
+    refusal asked: not records gone (that refused the way on the refusal printed); the
+    epoch starts and writes batch 1's rows once."""
+    _killed_after_pg_wrote(_fan(tmp_path, pg_url, KillAfterPostgresWrote()), spark)
+    with pytest.raises(UnmarkedBatchError, match="sink pg holds batch 1 of epoch 0"):
+        _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
+    execute(pg_url, "DELETE FROM unmarked_orders WHERE id >= 10",
+            "DELETE FROM fanout.progress WHERE batch_id = 1")  # fmt: skip
+
+    _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
+    assert _ids(pg_url) == list(range(20))
