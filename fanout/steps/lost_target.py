@@ -25,7 +25,7 @@ nothing. So a ``False`` about the mark is checked once more against the sink's l
 that wrote rows (a scan of the epoch's marks, only on this path); a sink with none passes.
 A lost mark (recorded at a new epoch's refused start) whose copy the operator removed, as
 that refusal offers, while another sink's mark is before it, passes to the mark before it:
-the new epoch writes that batch again (:func:`_written`).
+the new epoch writes that batch again (:func:`written_marks`).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def refuse_lost_targets(
     run goes on as before).
     ``pipeline_file``: the file ``fanout run`` runs (absolute), which the refusal's command
     names. ``query_id``: the query starting the epoch after ``epoch`` (a checkpoint reset),
-    whose refused start's lost marks its checkpoint writes again (:func:`_written`).
+    whose refused start's lost marks its checkpoint writes again (:func:`written_marks`).
     ``configured``: the sinks the pipeline configures now (``None``: every sink the ledger
     names), whose marks tell where the new epoch resumes."""
     bounds = timeouts or {}
@@ -115,7 +115,7 @@ def refuse_lost_targets(
         bound = bounds.get(name)
         batch, (answer, reason) = mark, _answer(sink, pipeline, epoch, mark, bound)
         if answer is False:
-            written = _written(ledger, pipeline, epoch, name, mark, query_id, configured)
+            written = written_marks(ledger, pipeline, epoch, name, mark, query_id, configured)
             if not written:
                 continue
             if written[0][0] != mark:
@@ -124,7 +124,7 @@ def refuse_lost_targets(
                     _answer(sink, pipeline, epoch, written[0][0], bound),
                 )
             if answer is False and written[0][1]:  # its copy removed, the batch written again
-                kept = next((b for b, lost in written if not lost), None)
+                kept = last_kept(written)
                 if kept is None:
                     continue
                 batch, (answer, reason) = kept, _answer(sink, pipeline, epoch, kept, bound)
@@ -265,24 +265,14 @@ def harmless_gone(sink: Sink, pipeline: str, epoch: int, batch: int, gone: str) 
     return True
 
 
-def last_written(
-    ledger: Ledger,
-    pipeline: str,
-    epoch: int,
-    sink: str,
-    mark: int,
-    query_id: str | None = None,
-    configured: Collection[str] | None = None,
-) -> int | None:
-    """The sink's last mark of ``epoch`` at or before ``mark`` that wrote rows to its
-    target (:func:`_written`, ``query_id`` and ``configured`` as there), passing a lost
-    mark whose copy the unmarked batch's refusal offered to remove (its records gone as
-    that way on asks), ``None`` when none is left."""
-    written = _written(ledger, pipeline, epoch, sink, mark, query_id, configured)
+def last_kept(written: list[tuple[int, bool]]) -> int | None:
+    """The newest of ``written`` (:func:`written_marks`) that is not a lost mark whose copy
+    the unmarked batch's refusal offered to remove (its records gone as that way on asks),
+    ``None`` when none is left."""
     return next((batch for batch, lost in written if not lost), None)
 
 
-def _written(
+def written_marks(
     ledger: Ledger,
     pipeline: str,
     epoch: int,

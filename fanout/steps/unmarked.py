@@ -63,7 +63,7 @@ from fanout.steps.holds import (
     holds_answer,
     replaced_reason,
 )
-from fanout.steps.lost_target import harmless_gone, last_written, target_text
+from fanout.steps.lost_target import harmless_gone, last_kept, target_text, written_marks
 
 log = logging.getLogger("fanout")
 
@@ -257,8 +257,8 @@ def refuse_records_gone(
         sink, mark = sinks[answer.sink], marks.get(answer.sink)
         if answer.holds is not False or mark is None or not answers_records_gone(sink):
             continue
-        written = last_written(ledger, info.pipeline, info.epoch, sink.name, mark,
-                               info.query_id, sinks)  # fmt: skip
+        written = last_kept(written_marks(ledger, info.pipeline, info.epoch, sink.name, mark,
+                                          info.query_id, sinks))  # fmt: skip
         if written is None:
             continue
         gone = gone_reason(sink, info.pipeline, info.epoch, written, bounds.get(sink.name))
