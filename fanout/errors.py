@@ -191,6 +191,18 @@ class TargetLostError(SinkError):
     run --accept-lost-target SINK``) accepts the loss and writes on."""
 
 
+class SinkRecordsGoneError(TargetLostError):
+    """A sink's own records of the last batch the ledger marks written there (those
+    :meth:`fanout.Sink.holds_batch` reads: PostgreSQL's ``state_schema`` tables, Kafka's
+    marker records, Delta's app transactions) are gone while its target still holds rows
+    (:meth:`fanout.Sink.records_gone` says what): it cannot tell which batches the target
+    holds, so a replay could write one a second time. Raised at a run's first batch or a
+    new epoch's start, before anything is written, naming the sink, the batch, what is
+    gone and the ways on (not for a sink whose :meth:`fanout.Sink.harmless_rewrite` gives a
+    reason: it writes on, warned); handled as a :class:`TargetLostError`
+    (``on_failure="lag"``, ``accept_lost_targets``)."""
+
+
 class SinkTimeoutError(SinkError):
     """A sink with ``on_failure="lag"`` and ``write_timeout_s`` did not finish writing a
     batch in time: the batch went on without it (it lags), or its catch-up waits for that

@@ -977,7 +977,7 @@ class FanOut:
             raise renamed
         self._fenced = refuse_unmarked(
             info, self.ledger, opened, spooled, timeouts, unopened,
-            before_fence=partial(self._admission.check_start, info),
+            before_fence=partial(self._admission.check_start, info), accepted=self._accept_lost,
         )  # fmt: skip
 
     def _lift_fences(self, info: BatchInfo) -> None:

@@ -555,6 +555,31 @@ class Sink:
         must create nothing (a refused run must leave the target as it found it)."""
         return None
 
+    def records_gone(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        """Why the sink's own records of batch ``batch_id`` of ``epoch`` (those :meth:`holds_batch`
+        reads: a progress table, marker records, app transactions) are gone while its target
+        still holds rows: a sentence naming what is gone, or ``None`` (the default) when
+        they are there, the target holds nothing, or the sink cannot tell.
+
+        Called on the driver only at a run's lost-target check, once :meth:`holds_batch`
+        said ``False`` about the sink's last marked batch that wrote rows (the ledger says
+        the target got that batch), and at a new epoch's start, once it said ``False`` about
+        the batch after the sink's mark, about its last mark of that epoch that wrote rows
+        (a reason refuses the start, before anything is fenced): records kept beside the
+        target can be deleted apart from it (an operator cleaning "internal" tables, a
+        database restored from a dump taken without them, a log's retention), and then
+        ``False`` would accuse the target of being created again empty, and, for a batch
+        written after that mark and never marked, let its replay write it a second time. A
+        reason refuses the run with :class:`fanout.SinkRecordsGoneError` quoting it (not
+        "created again empty"; a sink with ``on_failure="lag"`` lags with it;
+        ``accept_lost_targets`` accepts it and writes on; one whose
+        :meth:`harmless_rewrite` gives a reason writes on, warned). Records the sink
+        removes itself (pruning old ones) are not gone: answer ``None`` then. Bounded by
+        ``write_timeout_s`` as :meth:`holds_batch` is; one that raises or does not answer
+        in time counts as ``None``. Reads only; fanout masks the reason with
+        :meth:`secret_values`."""
+        return None
+
     def harmless_rewrite(self) -> str | None:
         """Why writing again a batch this sink holds, under a new epoch's idempotency keys,
         leaves its target as one write would (``None``, the default: it would not, e.g. an
@@ -616,6 +641,7 @@ OPTIONAL_HOOKS: tuple[str, ...] = (
     "holds_batch_of",
     "fence_earlier_epochs",
     "target_replaced",
+    "records_gone",
     "harmless_rewrite",
     "remove_batch_hint",
     "exclusive_resources",

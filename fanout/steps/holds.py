@@ -96,6 +96,36 @@ def answers_target_replaced(sink: Sink) -> bool:
     return type(sink).target_replaced is not Sink.target_replaced
 
 
+def answers_records_gone(sink: Sink) -> bool:
+    """Whether ``sink``'s type implements :meth:`fanout.Sink.records_gone`."""
+    return type(sink).records_gone is not Sink.records_gone
+
+
+def gone_reason(
+    sink: Sink, pipeline: str, epoch: int, batch_id: int, timeout_s: float | None
+) -> str | None:
+    """``sink``'s :meth:`~fanout.Sink.records_gone` about ``batch_id`` of ``epoch`` (which
+    ``holds_batch`` said its target does not hold), masked with its secrets; ``None`` when
+    its type does not answer it, it raised or did not answer within ``timeout_s``
+    (logged). Asked at a run's lost-target check (:mod:`fanout.steps.lost_target`) and
+    at a new epoch's start (:mod:`fanout.steps.unmarked`)."""
+    if not answers_records_gone(sink):
+        return None
+    question = f"whether its own records of batch {batch_id} of epoch {epoch} are gone"
+
+    def ask() -> str | None:
+        try:
+            return sink.records_gone(pipeline, epoch, batch_id)
+        except Exception as exc:  # records it cannot read tell nothing: holds_batch decides
+            why = redact(f"{type(exc).__name__}: {exc}", sink.secret_values())
+            log.warning("pipeline %s, sink %s: cannot tell %s: %s", pipeline, sink.name,
+                        question, why)  # fmt: skip
+            return None
+
+    gone = _in_time(sink, pipeline, ask, timeout_s, "records-gone", question)
+    return None if gone is None else redact(str(gone), sink.secret_values())
+
+
 def bounded(
     sink: Sink,
     pipeline: str,
@@ -127,17 +157,32 @@ def replaced_reason(
     question = (
         f"whether its target is still the one batch {batch_id} of epoch {epoch} was written to"
     )
-    reason = bounded(
+    reason = _in_time(
         sink,
         pipeline,
         lambda: replaced_answer(sink, pipeline, epoch, batch_id, question),
         timeout_s,
-        hook="target-replaced",
+        "target-replaced",
+        question,
     )
-    if isinstance(reason, NoAnswer):
+    return None if isinstance(reason, CannotTell) else reason
+
+
+def _in_time(
+    sink: Sink,
+    pipeline: str,
+    ask: Callable[[], T],
+    timeout_s: float | None,
+    hook: str,
+    question: str,
+) -> T | None:
+    """``ask()`` bounded by :func:`bounded`; ``None`` when it did not answer within
+    ``timeout_s``, logged as "cannot tell within its write_timeout_s ``question``"."""
+    answer = bounded(sink, pipeline, ask, timeout_s, hook=hook)
+    if isinstance(answer, NoAnswer):
         log.warning(
             "pipeline %s, sink %s: cannot tell within its write_timeout_s=%g s %s",
             pipeline, sink.name, timeout_s, question,
         )  # fmt: skip
         return None
-    return None if isinstance(reason, CannotTell) else reason
+    return answer

@@ -25,7 +25,7 @@ nothing. So a ``False`` about the mark is checked once more against the sink's l
 that wrote rows (a scan of the epoch's marks, only on this path); a sink with none passes.
 A lost mark (recorded at a new epoch's refused start) whose copy the operator removed, as
 that refusal offers, while another sink's mark is before it, passes to the mark before it:
-the new epoch writes that batch again (:func:`_written`).
+the new epoch writes that batch again (:func:`written_marks`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import logging
 from collections.abc import Collection, Iterator, Mapping
 
 from fanout.contract.sink import PartlyHeld, Sink
-from fanout.errors import TargetLostError, shell_word
+from fanout.errors import SinkRecordsGoneError, TargetLostError, shell_word
 from fanout.ledger.entry import Ledger, ledger_location, refused_query
 from fanout.ledger.gaps import is_skip
 from fanout.observe.secrets import redact
@@ -43,6 +43,7 @@ from fanout.steps.holds import (
     NoAnswer,
     answers_target_replaced,
     bounded,
+    gone_reason,
     holds_answer,
     replaced_reason,
 )
@@ -102,7 +103,7 @@ def refuse_lost_targets(
     run goes on as before).
     ``pipeline_file``: the file ``fanout run`` runs (absolute), which the refusal's command
     names. ``query_id``: the query starting the epoch after ``epoch`` (a checkpoint reset),
-    whose refused start's lost marks its checkpoint writes again (:func:`_written`).
+    whose refused start's lost marks its checkpoint writes again (:func:`written_marks`).
     ``configured``: the sinks the pipeline configures now (``None``: every sink the ledger
     names), whose marks tell where the new epoch resumes."""
     bounds = timeouts or {}
@@ -114,7 +115,7 @@ def refuse_lost_targets(
         bound = bounds.get(name)
         batch, (answer, reason) = mark, _answer(sink, pipeline, epoch, mark, bound)
         if answer is False:
-            written = _written(ledger, pipeline, epoch, name, mark, query_id, configured)
+            written = written_marks(ledger, pipeline, epoch, name, mark, query_id, configured)
             if not written:
                 continue
             if written[0][0] != mark:
@@ -123,7 +124,7 @@ def refuse_lost_targets(
                     _answer(sink, pipeline, epoch, written[0][0], bound),
                 )
             if answer is False and written[0][1]:  # its copy removed, the batch written again
-                kept = next((b for b, lost in written if not lost), None)
+                kept = last_kept(written)
                 if kept is None:
                     continue
                 batch, (answer, reason) = kept, _answer(sink, pipeline, epoch, kept, bound)
@@ -137,6 +138,26 @@ def refuse_lost_targets(
                     "target's next loss unseen)", pipeline, name, name,
                     redact(target_text(sink), sink.secret_values()), batch, epoch,
                 )  # fmt: skip
+            continue
+        gone = None if reason is not None else gone_reason(sink, pipeline, epoch, batch, bound)
+        if gone is not None and harmless_gone(sink, pipeline, epoch, batch, gone):
+            continue
+        if gone is not None:
+            error: TargetLostError = _records_gone(
+                pipeline, epoch, sink, batch, gone, pipeline_file, name in lags
+            )
+            if name in accepted:
+                log.warning(
+                    "pipeline %s, sink %s: its own records of batch %s of epoch %s are gone "
+                    "(%s); accepted (accept_lost_targets): it writes on, and a batch written "
+                    "after that mark and never marked is written a second time",
+                    pipeline, name, batch, epoch, gone,
+                )  # fmt: skip
+                continue
+            if name not in lags:
+                raise error
+            log.error("%s", error)
+            lost[name] = error
             continue
         if name in accepted:
             log.warning(
@@ -188,7 +209,70 @@ def _answer(
     return (held, None) if reason is None else (False, reason)
 
 
-def _written(
+def _records_gone(
+    pipeline: str,
+    epoch: int,
+    sink: Sink,
+    batch: int,
+    gone: str,
+    file: str | None,
+    lags: bool,
+) -> SinkRecordsGoneError:
+    """The refusal of a sink whose own records of ``batch`` (its last marked batch that
+    wrote rows) are gone while its target holds rows (``gone``: the sink's words), or,
+    ``lags``, the error it lags with."""
+    accept = f"`fanout run {file or 'PIPELINE.toml'} --accept-lost-target {shell_word(sink.name)}`"
+    if file is None:  # not run from a pipeline file: a FanOut of the caller's own
+        accept += f" (FanOut(accept_lost_targets=[{sink.name!r}]))"
+    now = (
+        "Nothing is written to it by this run: with on_failure='lag' it lags, its batches "
+        "wait in the spool (up to its max_lag), and the other sinks go on."
+        if lags
+        else "Nothing was written by this run."
+    )
+    text = (
+        f"pipeline {pipeline!r}, sink {sink.name!r}: its own records of batch {batch} of epoch "
+        f"{epoch}, which the ledger marks written to {target_text(sink)} (its last marked "
+        f"batch that wrote rows), are gone, and the target still holds rows: {gone}. "
+        "Its target was not found lost: the records telling which batches it holds were "
+        "removed apart from it. Without them a batch written after "
+        f"batch {batch} and never marked (the driver killed between the write and the mark) "
+        f"would be written a second time. {now}\n"
+        "Ways on: restore the sink's records (from the backup or dump that held them, or set "
+        "back the option that moved them), then start again: each batch is written once. Or, "
+        f"when they cannot be restored, accept it explicitly for this run: {accept}, which "
+        "writes on from the next batch into the target as it is, keeping new records from "
+        f"there: first check that the target holds no row of batch {batch + 1} (written "
+        "unmarked before the records went, it would then hold them twice)."
+    )
+    return SinkRecordsGoneError(redact(text, sink.secret_values()), sink=sink.name, batch_id=batch)
+
+
+def harmless_gone(sink: Sink, pipeline: str, epoch: int, batch: int, gone: str) -> bool:
+    """Whether ``sink``, whose own records of ``batch`` are gone (``gone``: its words),
+    takes a batch again harmlessly (:meth:`fanout.Sink.harmless_rewrite`: an upsert by key):
+    a replay of a batch written and never marked rewrites its keys, no loss and no second
+    copy to refuse for; logged as a warning then."""
+    harmless = sink.harmless_rewrite()
+    if harmless is None:
+        return False
+    log.warning(
+        "pipeline %s, sink %s: its own records of batch %s of epoch %s are gone (%s); it "
+        "writes on, as a batch written again is harmless there (%s): a batch written after "
+        "that mark and never marked is written again over itself",
+        pipeline, sink.name, batch, epoch, gone, harmless,
+    )  # fmt: skip
+    return True
+
+
+def last_kept(written: list[tuple[int, bool]]) -> int | None:
+    """The newest of ``written`` (:func:`written_marks`) that is not a lost mark whose copy
+    the unmarked batch's refusal offered to remove (its records gone as that way on asks),
+    ``None`` when none is left."""
+    return next((batch for batch, lost in written if not lost), None)
+
+
+def written_marks(
     ledger: Ledger,
     pipeline: str,
     epoch: int,

@@ -40,7 +40,7 @@ from functools import partial
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import PartlyHeld, Sink, lift_by_hand
-from fanout.errors import SinkTimeoutError, UnmarkedBatchError, shell_word
+from fanout.errors import SinkRecordsGoneError, SinkTimeoutError, UnmarkedBatchError, shell_word
 from fanout.ledger.entry import (
     REWRITTEN,
     Ledger,
@@ -56,11 +56,14 @@ from fanout.steps.holds import (
     CannotTell,
     NoAnswer,
     Warn,
+    answers_records_gone,
     answers_target_replaced,
     bounded,
+    gone_reason,
     holds_answer,
     replaced_reason,
 )
+from fanout.steps.lost_target import harmless_gone, last_kept, target_text, written_marks
 
 log = logging.getLogger("fanout")
 
@@ -99,6 +102,7 @@ def refuse_unmarked(
     timeouts: Mapping[str, float] | None = None,
     unopened: Mapping[str, BaseException] | None = None,
     before_fence: Callable[[], None] | None = None,
+    accepted: Collection[str] = (),
 ) -> list[Sink]:
     """Raise :class:`fanout.UnmarkedBatchError` when a sink holds, by its own records, the
     batch after its last mark of ``info.epoch`` (the epoch ``info``'s query is about to
@@ -114,7 +118,9 @@ def refuse_unmarked(
     sink asked is fenced (:func:`fence_epochs`) and asked (again); returns the sinks fenced
     (a refusal after them lifts them first). ``before_fence``: called after the question
     before the fences, when there are any to make: raises to refuse the start with nothing
-    fenced (the ledger's own checks of the start, ``Admission.check_start``)."""
+    fenced (the ledger's own checks of the start, ``Admission.check_start``).
+    ``accepted``: the sinks of ``accept_lost_targets``, whose records found gone
+    (:func:`refuse_records_gone`) do not refuse the start (a warning)."""
     epoch = info.epoch
     bounds = timeouts or {}
     in_spool = {} if spooled is None else spooled(epoch)
@@ -127,7 +133,9 @@ def refuse_unmarked(
         for name, m in sorted(marks.items())
         if in_spool.get(name, -1) <= (before if m is None else m)
     ]
-    question = partial(_ask_every_sink, info, ledger, sinks, marks, before, asked, in_spool)
+    question = partial(
+        _ask_every_sink, info, ledger, sinks, marks, before, asked, in_spool, accepted=accepted
+    )
     to_fence = {name: sinks[name] for name in asked if fences(sinks[name])}
     held_back: list[tuple[object, ...]] = []
     try:
@@ -158,6 +166,7 @@ def _ask_every_sink(
     bounds: Mapping[str, float],
     *,
     first: list[tuple[object, ...]] | None = None,
+    accepted: Collection[str] = (),
 ) -> None:
     """:func:`refuse_unmarked`'s question: ask each sink of ``asked`` about the batch after
     its mark, record the lost marks, and refuse the start when one holds it. ``first``
@@ -169,7 +178,7 @@ def _ask_every_sink(
     ``first`` then, said only when it refuses (or, by :func:`refuse_unmarked`, when no
     second question follows): once per start."""
     try:
-        _ask_each(info, ledger, sinks, marks, before, asked, in_spool, bounds, first)
+        _ask_each(info, ledger, sinks, marks, before, asked, in_spool, bounds, first, accepted)
     except BaseException:  # a refusal: no second question follows
         if first is not None:
             _say(first)
@@ -193,6 +202,7 @@ def _ask_each(
     in_spool: Mapping[str, int],
     bounds: Mapping[str, float],
     first: list[tuple[object, ...]] | None,
+    accepted: Collection[str] = (),
 ) -> None:
     """:func:`_ask_every_sink`'s questions and what follows from their answers."""
     epoch = info.epoch
@@ -207,6 +217,7 @@ def _ask_each(
         answers.append(
             ask_in_turn(sinks[name], info.pipeline, epoch, turns, bounds.get(name), warn)
         )
+    refuse_records_gone(info, ledger, sinks, marks, answers, bounds, accepted)
     held = [a for a in answers if a.holds]
     if not held:
         return
@@ -224,6 +235,69 @@ def _ask_each(
             _warn_rewrite(info, h)
     if refused:
         raise UnmarkedBatchError(_message(info, ledger, held, refused, answers, marks, offsets))
+
+
+def refuse_records_gone(
+    info: BatchInfo,
+    ledger: Ledger,
+    sinks: Mapping[str, Sink],
+    marks: Mapping[str, int | None],
+    answers: Sequence[Held],
+    bounds: Mapping[str, float],
+    accepted: Collection[str] = (),
+) -> None:
+    """Refuse the start with :class:`fanout.SinkRecordsGoneError` when a sink that said it
+    does not hold the batch after its mark has lost its own records of its last mark that
+    wrote rows, its target still holding rows (:meth:`fanout.Sink.records_gone`): its
+    "does not hold" is then no answer, and the new epoch would write that batch a second
+    time if it was written and never marked. Asked only of a sink answering that hook with
+    a mark in the epoch and a ``False`` (one ledger scan of the epoch's marks each); one of
+    ``accepted`` is logged instead."""
+    for answer in answers:
+        sink, mark = sinks[answer.sink], marks.get(answer.sink)
+        if answer.holds is not False or mark is None or not answers_records_gone(sink):
+            continue
+        written = last_kept(written_marks(ledger, info.pipeline, info.epoch, sink.name, mark,
+                                          info.query_id, sinks))  # fmt: skip
+        if written is None:
+            continue
+        gone = gone_reason(sink, info.pipeline, info.epoch, written, bounds.get(sink.name))
+        if gone is None or harmless_gone(sink, info.pipeline, info.epoch, written, gone):
+            continue
+        if sink.name in accepted:
+            log.warning(
+                "pipeline %s, sink %s: its own records of batch %s of epoch %s are gone (%s); "
+                "accepted (accept_lost_targets): epoch %s starts, and batch %s, if it was "
+                "written and never marked, is written a second time",
+                info.pipeline, sink.name, written, info.epoch, gone, info.epoch + 1, mark + 1,
+            )  # fmt: skip
+            continue
+        raise SinkRecordsGoneError(
+            _gone_message(info, sink, written, mark + 1, gone),
+            sink=sink.name,
+            batch_id=mark + 1,
+        )
+
+
+def _gone_message(info: BatchInfo, sink: Sink, written: int, batch: int, gone: str) -> str:
+    """The refusal of a new epoch's start by :func:`refuse_records_gone`."""
+    new = info.epoch + 1
+    return redact(
+        f"pipeline {info.pipeline!r}: query {info.query_id} cannot start epoch {new}: the "
+        f"records sink {sink.name!r} keeps of batch {written} of epoch {info.epoch}, which the "
+        f"ledger marks written to {target_text(sink)}, are gone, and the target still holds "
+        f"rows: {gone}. Without them its answer that it does not hold batch {batch} (the "
+        "batch after its mark, written perhaps and never marked: the driver killed in "
+        "between) tells nothing, and the new epoch would write that batch a second time. "
+        f"Nothing was written under epoch {new}.\n"
+        "Ways on: restore the sink's records (from the backup or dump that held them, or set "
+        "back the option that moved them), then start this query again: the sink is asked "
+        "again with them. Or, when they cannot be restored and the target holds no row of "
+        f"batch {batch}, start it with `--accept-lost-target {shell_word(sink.name)}` "
+        f"(FanOut(accept_lost_targets=[{sink.name!r}])): epoch {new} starts, and the next "
+        "run's check accepts the records gone too.",
+        sink.secret_values(),
+    )
 
 
 def fences(sink: Sink) -> bool:

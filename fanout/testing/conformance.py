@@ -41,7 +41,9 @@ partitions never committed, or whose refused rows are not in its dead-letter tar
 when the sink implements the optional
 :meth:`fanout.Sink.target_replaced`, that it says ``None`` about an empty batch and a batch
 of rows just written (the same target) and, given ``recreate``, a reason once the target
-was dropped and created again empty; when :meth:`fanout.Sink.harmless_rewrite` gives a reason,
+was dropped and created again empty; when it implements :meth:`fanout.Sink.records_gone`,
+that it says ``None`` about a batch just written and, given ``drop``, about a deleted
+target; when :meth:`fanout.Sink.harmless_rewrite` gives a reason,
 that a batch written again under a new epoch's idempotency key leaves the target as one
 write did; when :meth:`fanout.Sink.deterministic_columns` names columns, that the batch
 has them.
@@ -332,6 +334,34 @@ class SinkConformance:
                 "is there before asking records kept beside it, which outlive it (the run's "
                 "lost-target check refuses with TargetLostError only on False)"
             )
+
+    def test_records_gone_is_none_while_its_records_are_there(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The optional :meth:`fanout.Sink.records_gone`: ``None`` about a batch of rows
+        just written (its records are there: a reason refuses a healthy pipeline's next run
+        with :class:`fanout.SinkRecordsGoneError`) and, given ``drop``, once the target
+        was deleted (a lost target, not records gone). Skipped for a sink that does not
+        implement it; its second half without ``drop``."""
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        sink = fan.sinks[NAME]
+        if type(sink).records_gone is Sink.records_gone:
+            pytest.skip("the sink does not implement records_gone")
+        fan.process(self._batch(spark, [(i, f"v{i}") for i in range(3)]), self._info(0))
+        cases: list[tuple[str, Callable[[], None] | None]] = [
+            ("just written (its records there)", None)
+        ]
+        if under_test.drop is not None:
+            cases.append(("after drop() deleted the target (a lost target)", under_test.drop))
+        for when, action in cases:
+            if action is not None:
+                action()
+            gone = sink.records_gone(self.pipeline, 0, 0)
+            if gone is not None:
+                raise AssertionError(
+                    f"records_gone returned {gone!r} about batch 0 of epoch 0 {when}: "
+                    "expected None (a reason refuses the run with SinkRecordsGoneError)"
+                )
 
     def test_target_replaced_tells_a_target_created_again_empty(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path

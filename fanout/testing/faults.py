@@ -4,6 +4,9 @@ no test-only branches): the one place the suite's killers live, shipped for plug
 - :class:`KillAt` hard-kills a process at a chosen point of a batch: on the driver before
   any sink writes, after a sink wrote and before its ledger mark, after every mark; or on
   the executor right after a chosen partition committed (killing the driver).
+- :class:`DieAfterWrite` raises :class:`DriverKilled` (a ``BaseException``, nothing
+  catches it) after a sink wrote a batch and before its mark: the same window in the
+  test's own process, no subprocess to start.
 - :class:`VetoOnce` aborts one partition's first commit with a transient error.
 - :class:`MarkLost` is a ledger that loses a sink's marks (the driver died after the
   sink wrote).
@@ -105,6 +108,26 @@ class KillAt:
         else:
             os.kill(self.driver_pid, signal.SIGKILL)
         os._exit(KILL_EXIT_CODE)
+
+
+class DriverKilled(BaseException):
+    """The driver's death in a test's own process (:class:`DieAfterWrite`)."""
+
+
+class DieAfterWrite:
+    """Raises :class:`DriverKilled` once ``sink`` wrote batch ``batch_id``, before its
+    ledger mark (and before the sinks after it write the batch)."""
+
+    def __init__(self, sink: str, batch_id: int) -> None:
+        self.sink, self.batch_id = sink, batch_id
+
+    @hookimpl
+    def fanout_sink_done(
+        self, info: BatchInfo, sink: str, result: SinkResult, duration_s: float
+    ) -> None:
+        """Die after the chosen sink's write of the chosen batch."""
+        if info.batch_id == self.batch_id and sink == self.sink:
+            raise DriverKilled(f"killed after {sink} wrote batch {info.batch_id}, before its mark")
 
 
 class VetoOnce:

@@ -140,6 +140,13 @@ class ReplacedWhenEmpty(TokenFiles):
         return None if any(f.read_text().strip() for f in files) else "it holds no row"
 
 
+class RecordsAlwaysGone(TokenFiles):
+    """Implements ``records_gone`` but says its records are gone about a batch it holds."""
+
+    def records_gone(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        return "its records are gone"
+
+
 class NullKeyUnnamed(TokenFiles):
     """Refuses a batch with a null ``id`` without naming the column."""
 
@@ -399,7 +406,7 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "appending_file": AppendingFile, "counts_one_too_few": CountsOneTooFew,
             "writes_on_empty": WritesOnEmpty, "holds_by_batch_id": HoldsByBatchId,
             "holds_a_part": HoldsAPart, "identity_blind": IdentityBlind,
-            "replaced_when_empty": ReplacedWhenEmpty,
+            "replaced_when_empty": ReplacedWhenEmpty, "records_always_gone": RecordsAlwaysGone,
             "null_key_unnamed": NullKeyUnnamed,
             "null_key_dropped": NullKeyDropped, "null_key_counted_twice": NullKeyCountedTwice,
             "null_key_dead_lettered": NullKeyDeadLettered,

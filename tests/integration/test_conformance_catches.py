@@ -188,6 +188,13 @@ CATCHES = {
         "just written to the same target: expected None (a reason refuses the next run as a "
         "target lost; a target that holds no row is not one created again)",
     ),
+    "a_records_gone_reason_about_a_batch_just_written_is_told_to_say_none": Catch(
+        "records_always_gone",
+        SinkConformance.test_records_gone_is_none_while_its_records_are_there,
+        "records_gone returned 'its records are gone' about batch 0 of epoch 0 just written "
+        "(its records there): expected None (a reason refuses the run with "
+        "SinkRecordsGoneError)",
+    ),
     "a_null_key_refused_without_its_column_is_told_to_name_it": _null_key(
         "null_key_unnamed",
         "the sink refused a batch with a null key with an error that does not name the key "

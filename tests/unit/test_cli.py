@@ -63,8 +63,8 @@ KAFKA_HOOKS = (
 POSTGRES_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by (mode=append), "
     "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, holds_batch_of, "
-    "fence_earlier_epochs, target_replaced, harmless_rewrite (mode=upsert, no dead_letter), "
-    "is_transient"
+    "fence_earlier_epochs, target_replaced, records_gone, harmless_rewrite (mode=upsert, no "
+    "dead_letter), is_transient"
 )
 
 

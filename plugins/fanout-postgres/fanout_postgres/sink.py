@@ -74,6 +74,7 @@ from fanout_postgres.deadletter import (
 from fanout_postgres.declaration import OPTIONS
 from fanout_postgres.direct import HELD, DirectCopyPolicy
 from fanout_postgres.failures import batch_error
+from fanout_postgres.gone import records_gone
 from fanout_postgres.identifiers import TableName, quote
 from fanout_postgres.keyhash import hashed
 from fanout_postgres.membership import (
@@ -954,6 +955,22 @@ class PostgresSink(PartitionedSink):
         if waiting and self._letters_kept(pipeline, epoch, batch_id, name) < waiting:
             return PartlyHeld(len(partitions), count, letters=waiting)
         return True
+
+    def records_gone(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        """Why the sink's progress marks and ``upsert_routes`` rows of batch ``batch_id``
+        of ``epoch`` are gone while its table is not empty
+        (:func:`fanout_postgres.gone.records_gone`): deleted from ``state_schema``, or
+        ``state_schema`` changed since. ``None``: a record of the batch or of a later one
+        is there (pruned, not deleted), the table is missing or holds no row (a lost
+        target). Asked only after :meth:`holds_batch`
+        said ``False`` about a batch the ledger marks written there with rows."""
+        engine = self._engine()
+        with engine.connect() as conn:
+            if self._table is None or self._target_gone(conn):
+                return None
+            return records_gone(conn, self.state_schema, pipeline_scope(pipeline, epoch),
+                                self.name, batch_id, self._table.quoted(),
+                                str(self._table))  # fmt: skip
 
     def _records(
         self, conn: Any, mode: str, scope: str, name: str, batch_id: int

@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 from pgcheck import execute, query
 
-from fanout import BatchInfo, FanOut, TargetLostError, UnmarkedBatchError, hookimpl
+from fanout import (
+    BatchInfo,
+    FanOut,
+    SinkRecordsGoneError,
+    TargetLostError,
+    UnmarkedBatchError,
+    hookimpl,
+)
 from fanout.ledger.delta import DeltaLedger
 from tests.in_process_cli import Cli
 
@@ -60,6 +67,15 @@ def _run(fan: FanOut, spark: Any, query_id: str, batch_id: int, first: int) -> N
     fan.process(spark.createDataFrame(rows, "id LONG, name STRING"), info)
 
 
+def _killed_after_pg_wrote(old: FanOut, spark: Any) -> FanOut:
+    """``old`` (with :class:`KillAfterPostgresWrote`) writes batch 0 of query-old, then
+    dies in batch 1 after pg wrote it (unmarked), before silver's write."""
+    _run(old, spark, "query-old", 0, 0)
+    with pytest.raises(DriverKilled):
+        _run(old, spark, "query-old", 1, 10)
+    return old
+
+
 def _ids(url: str) -> list[int]:
     return [row[0] for row in query(url, "SELECT id FROM unmarked_orders ORDER BY 1")]
 
@@ -82,10 +98,7 @@ def test_an_append_batch_written_but_never_marked_refuses_the_new_epoch(
         fence_rows.append(query(pg_url, FENCE_ROWS, (EPOCH_FENCE,)))
 
     monkeypatch.setattr(PostgresSink, "fence_earlier_epochs", fence)
-    old = _fan(tmp_path, pg_url, KillAfterPostgresWrote())
-    _run(old, spark, "query-old", 0, 0)
-    with pytest.raises(DriverKilled):
-        _run(old, spark, "query-old", 1, 10)
+    old = _killed_after_pg_wrote(_fan(tmp_path, pg_url, KillAfterPostgresWrote()), spark)
     sink = old.sinks["pg"]
     assert sink.holds_batch("unmarkedpg", 0, 1) is True
     assert sink.holds_batch("unmarkedpg", 0, 2) is False
@@ -131,10 +144,7 @@ def test_an_upsert_batch_written_but_never_marked_lets_the_new_epoch_start(
     to refuse (no query wrote the batch after it)."""
     from fanout.ledger.delta import DeltaLedger
 
-    old = _upserting(tmp_path, pg_url, KillAfterPostgresWrote())
-    _run(old, spark, "query-old", 0, 0)
-    with pytest.raises(DriverKilled):
-        _run(old, spark, "query-old", 1, 10)
+    _killed_after_pg_wrote(_upserting(tmp_path, pg_url, KillAfterPostgresWrote()), spark)
     ledger = str(tmp_path / "ledger")
     ran = fanout_cli("recover", "--ledger", ledger, "--pipeline", "unmarkedpg")
     assert ran.returncode == 0, ran
@@ -170,10 +180,7 @@ def test_a_table_re_created_empty_after_its_unmarked_batch_lets_the_new_epoch_st
     there). The table lost batch 0 too, which the ledger marks written there: the new
     epoch's first run asks about that earlier epoch's mark and refuses (before, it wrote on
     and ids 0-9 were gone silently); accepted as printed, it writes the batch's rows once."""
-    old = _fan(tmp_path, pg_url, KillAfterPostgresWrote())
-    _run(old, spark, "query-old", 0, 0)
-    with pytest.raises(DriverKilled):
-        _run(old, spark, "query-old", 1, 10)
+    old = _killed_after_pg_wrote(_fan(tmp_path, pg_url, KillAfterPostgresWrote()), spark)
     execute(pg_url, "DROP TABLE unmarked_orders",
             "CREATE TABLE unmarked_orders (id BIGINT, name TEXT)")  # fmt: skip
     sink = old.sinks["pg"]
@@ -191,3 +198,51 @@ def test_a_table_re_created_empty_after_its_unmarked_batch_lets_the_new_epoch_st
     assert _ids(pg_url) == list(range(10, 20))
     ledger = DeltaLedger(str(tmp_path / "ledger"))
     assert ledger.last_committed("unmarkedpg", ["pg", "silver"], 0) == {"pg": 0, "silver": 0}
+
+
+def test_a_reset_after_the_records_went_is_refused_before_the_new_epoch_writes(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """pg wrote batch 1 and lost its mark, then its records went: its "not held" about
+    batch 1 is no answer, so the new epoch's start is refused (before, the epoch started,
+    its first run was refused "created again empty", and once the records were put back
+    the new epoch wrote batch 1's rows a second time); with them back, the unmarked batch
+    is found and refused as such."""
+    _killed_after_pg_wrote(_fan(tmp_path, pg_url, KillAfterPostgresWrote()), spark)
+    execute(pg_url, "CREATE TABLE saved AS SELECT * FROM fanout.progress",
+            "DELETE FROM fanout.progress")  # fmt: skip
+
+    new = _fan(tmp_path, pg_url, on_reset="new_epoch")
+    with pytest.raises(SinkRecordsGoneError) as refused:
+        _run(new, spark, "query-new", 0, 10)
+    assert str(refused.value).startswith(
+        "sink 'pg', batch 1: pipeline 'unmarkedpg': query query-new cannot start epoch 1: "
+        "the records sink 'pg' keeps of batch 0 of epoch 0, which the ledger marks written to "
+        "table 'unmarked_orders', are gone, and the target still holds rows: "
+        "fanout.progress holds no progress mark of batch 0 of sink 'pg'"
+    )
+    assert "Nothing was written under epoch 1.\nWays on: restore" in str(refused.value)
+    assert _ids(pg_url) == list(range(20))
+
+    execute(pg_url, "INSERT INTO fanout.progress SELECT * FROM saved")
+    with pytest.raises(UnmarkedBatchError, match="sink pg holds batch 1 of epoch 0"):
+        _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
+    assert _ids(pg_url) == list(range(20))
+
+
+def test_the_unmarked_copy_removed_as_the_refusal_says_is_not_records_gone(
+    spark: Any, pg_url: str, tmp_path: Path
+) -> None:
+    """The refusal's way on: remove pg's copy of batch 1 (its rows and its progress marks,
+    so that its own records no longer hold it) and start this query again. The lost mark
+    it recorded is pg's last mark that wrote rows, and its records are gone, as the
+    refusal asked: not records gone (that refused the way on the refusal printed); the
+    epoch starts and writes batch 1's rows once."""
+    _killed_after_pg_wrote(_fan(tmp_path, pg_url, KillAfterPostgresWrote()), spark)
+    with pytest.raises(UnmarkedBatchError, match="sink pg holds batch 1 of epoch 0"):
+        _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
+    execute(pg_url, "DELETE FROM unmarked_orders WHERE id >= 10",
+            "DELETE FROM fanout.progress WHERE batch_id = 1")  # fmt: skip
+
+    _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
+    assert _ids(pg_url) == list(range(20))
