@@ -316,3 +316,64 @@ def test_a_reset_refused_for_a_dropped_table_starts_once_the_table_is_restored(
     assert _ledger_rows(tmp_path) == sorted(
         [*epoch0, *epoch1, ("epoch", 0, "*", 0), ("epoch", 1, "*", 0)]
     )
+
+
+def _lag_run(spark: Any, tmp_path: Path, copy: dict[str, Any], **kw: Any) -> Any:
+    """One run of the current checkpoint, then a catch-up; ``copy``'s lag after them."""
+    fan = _fan(tmp_path, copy, **kw)
+    try:
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+        fan.catch_up(30)
+        return fan.lagging.lag_of("copy")
+    finally:
+        fan.close()
+
+
+def test_a_lag_sink_lost_at_a_reset_never_catches_up_into_its_table_created_again_empty(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A Delta sink with ``on_failure="lag"`` whose table was dropped at a reset lags with
+    its loss and the reset goes on (epoch 1 started, ``lake`` written). Walked on: a
+    restart, then a restart after the table was created again empty, both leave it
+    lagging with its loss (its spooled batches of epoch 1 are not caught up into the empty
+    table: a silent loss of ids 0-8); the table restored from its backup, the next restart
+    catches it up from the spool, every id 0-17 once."""
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy"), "on_failure": "lag"}
+    write_input(tmp_path / "input", 3, 3)  # ids 0-8, batches 0-2 of epoch 0
+    _run(spark, tmp_path, _fan(tmp_path, copy))
+    shutil.move(tmp_path / "copy", tmp_path / "copy-backup")  # dropped (the move: a backup)
+    _reset(tmp_path, 2, 3)  # ids 9-14
+
+    lag = _lag_run(spark, tmp_path, copy, on_checkpoint_reset="new_epoch")
+    assert (lag.state, lag.batches) == ("lagging", 2)
+    assert lag.error is not None and lag.error.startswith(
+        "TargetLostError: sink 'copy', batch 2: pipeline 'lostreset': path "
+    ), lag.error
+    assert "epoch 1 was not started" not in lag.error  # it lags; the reset went on
+    assert _epochs(tmp_path) == [0, 1]
+    epoch0 = [(0, s, b) for s in ("copy", "lake") for b in range(3)]
+    assert _marks(tmp_path) == sorted([*epoch0, (1, "lake", 0), (1, "lake", 1)])
+    assert _ids(tmp_path / "lake") == list(range(15))
+    assert not (tmp_path / "copy").exists()
+
+    write_input(tmp_path / "input", 1, 3, start_file=5)  # ids 15-17: batch 2 of epoch 1
+    lag = _lag_run(spark, tmp_path, copy)  # a restart: asked again, lost again
+    assert (lag.state, lag.batches) == ("lagging", 3)
+    assert not (tmp_path / "copy").exists()
+
+    from deltalake import DeltaTable, write_deltalake
+
+    empty = DeltaTable(str(tmp_path / "copy-backup")).to_pyarrow_table().slice(0, 0)
+    write_deltalake(str(tmp_path / "copy"), empty)  # created again empty by hand
+    lag = _lag_run(spark, tmp_path, copy)
+    assert (lag.state, lag.batches) == ("lagging", 3)
+    assert _ids(tmp_path / "copy") == []  # before any fix too: not caught up into it
+
+    shutil.rmtree(tmp_path / "copy")
+    shutil.move(tmp_path / "copy-backup", tmp_path / "copy")  # restored
+    lag = _lag_run(spark, tmp_path, copy)
+    assert (lag.state, lag.batches) == ("live", 0)
+    for sink in ("lake", "copy"):
+        assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(18)}, sink
+    epoch1 = [(1, s, b) for s in ("copy", "lake") for b in range(3)]
+    assert _marks(tmp_path) == sorted(epoch0 + epoch1)
