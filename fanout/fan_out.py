@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, Literal
 
@@ -959,10 +960,12 @@ class FanOut:
         reset changes nothing: refuse the start when a sink with no mark of the epoch holds
         the batch after a vanished sink's last mark under that sink's name (renamed between
         a crash and the reset: :func:`fanout.steps.renamed.refuse_renamed_at_reset`), when
-        a sink's target lost its last marked batch of the epochs before (the run's
-        lost-target check, :meth:`_refuse_lost`; a lag sink lags with it instead), when an
-        open sink holds the batch after its last mark of the epoch replaced, or when the
-        ledger would refuse the start
+        the spool holds the new epoch's batch of another query
+        (:meth:`Spool.check <fanout.spool.table.Spool.check>`), when a sink's target lost
+        its last marked batch of the epochs before (the run's lost-target check,
+        :meth:`_refuse_lost`; a lag sink lags with it instead), when an open sink holds
+        the batch after its last mark of the epoch replaced, or when the ledger would
+        refuse the start
         (:meth:`Admission.check_start <fanout.steps.admit.Admission.check_start>`); else
         close that epoch to the sinks' writes still in flight and ask again
         (:mod:`fanout.steps.unmarked`)."""
@@ -979,6 +982,9 @@ class FanOut:
         )  # fmt: skip
         if renamed is not None:  # before any fence: nothing of the start is written
             raise renamed
+        if self.spool is not None:  # the lag step's check of the new epoch's key: refused
+            # after the claim, its way on (the original checkpoint) would be superseded
+            self.spool.check(replace(info, epoch=info.epoch + 1))
         # the first batch's lost-target check, asked before the claim (the new epoch has no
         # marks: each sink about its last mark of the epochs before), so a reset it refuses
         # starts nothing: no epoch row, no fence, the replaced checkpoint still resumes

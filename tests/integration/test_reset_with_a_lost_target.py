@@ -292,7 +292,12 @@ def test_a_reset_refused_for_a_dropped_table_leaves_the_old_checkpoint_resuming(
     shutil.rmtree(tmp_path / "input")
     shutil.move(tmp_path / "input-done", tmp_path / "input")
     write_input(tmp_path / "input", 2, 3, start_file=3)  # ids 9-14 as batches 3-4
-    _run(spark, tmp_path, _fan(tmp_path, copy))
+    fan = _fan(tmp_path, copy)
+    try:
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+        fan.catch_up(30)  # copy, behind the ghost batch, is written from the spool
+    finally:
+        fan.close()
     for sink in ("lake", "copy"):
         assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(15)}, sink
     epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(5)]
@@ -377,3 +382,56 @@ def test_a_lag_sink_lost_at_a_reset_never_catches_up_into_its_table_created_agai
         assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(18)}, sink
     epoch1 = [(1, s, b) for s in ("copy", "lake") for b in range(3)]
     assert _marks(tmp_path) == sorted(epoch0 + epoch1)
+
+
+def test_a_reset_refused_by_the_spool_claims_nothing_and_the_old_checkpoint_resumes(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The spool holds batch 0 of epoch 1 of another query (a spool that outlived its
+    ledger) for the lag sink ``copy``: a reset's first batch is refused by the spool's
+    check (``Spool.check``), whose ways on start with the original checkpoint. Now before
+    the claim and fences: no ``epoch`` row of epoch 1, ``lake`` unfenced, and the original
+    checkpoint, as the message says, resumes epoch 0, each id once. Before, the refusal came
+    after the claim: the original checkpoint was refused as superseded."""
+    from datetime import UTC, datetime
+
+    from deltalake import DeltaTable
+
+    from fanout.contract.batch import BatchInfo
+    from fanout.spool.table import Spool
+
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy"), "on_failure": "lag"}
+    write_input(tmp_path / "input", 3, 3)  # ids 0-8, batches 0-2
+    _run(spark, tmp_path, _fan(tmp_path, copy))
+    shutil.copytree(tmp_path / "checkpoint", tmp_path / "checkpoint-old")
+    ghost = BatchInfo("lostreset", 0, "ghost", [{"s": {"0": 1}}], batch_timestamp_ms=5, epoch=1)
+    frame = spark.createDataFrame([(99, "x", 1.0, "new")], "order_id LONG, customer STRING, "
+                                  "amount DOUBLE, status STRING")  # fmt: skip
+    Spool(str(tmp_path / "spool"), "lostreset").add(frame, ghost, ["copy"], datetime.now(UTC))
+    before = _ledger_rows(tmp_path)
+    _reset(tmp_path, 2, 3)  # ids 9-14
+
+    with pytest.raises(StreamingQueryException) as refused:
+        _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))
+    message = str(refused.value)
+    assert "checkpoint reset detected. Spark handed batch 0 (epoch 1) of query " in message
+    assert "holds batch 0 (epoch 1) of query ghost for sink(s) copy" in message, message
+    assert "1. Restore the original checkpoint directory and restart the query" in message
+    assert _ledger_rows(tmp_path) == before  # before: ("epoch", 1, "*", 0) too
+    assert DeltaTable(str(tmp_path / "lake")).version() == 2  # before: 3, the fence
+
+    shutil.rmtree(tmp_path / "checkpoint")  # the message's way on: the original checkpoint
+    shutil.move(tmp_path / "checkpoint-old", tmp_path / "checkpoint")
+    shutil.rmtree(tmp_path / "input")
+    shutil.move(tmp_path / "input-done", tmp_path / "input")
+    write_input(tmp_path / "input", 2, 3, start_file=3)  # ids 9-14 as batches 3-4
+    fan = _fan(tmp_path, copy)
+    try:
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+        fan.catch_up(30)  # copy, behind the ghost batch, is written from the spool
+    finally:
+        fan.close()
+    for sink in ("lake", "copy"):
+        assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(15)}, sink
+    epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(5)]
+    assert _ledger_rows(tmp_path) == sorted([*epoch0, ("epoch", 0, "*", 0)])
