@@ -435,3 +435,42 @@ def test_a_reset_refused_by_the_spool_claims_nothing_and_the_old_checkpoint_resu
         assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(15)}, sink
     epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(5)]
     assert _ledger_rows(tmp_path) == sorted([*epoch0, ("epoch", 0, "*", 0)])
+
+
+def test_a_reset_of_a_reset_refused_for_a_dropped_table_asks_about_the_epoch_before(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Epoch 1 started by a reset refused once (the table dropped) and accepted once it was
+    restored; a second reset (epoch 2) with the table dropped again is refused about its
+    last mark of epoch 1 (not epoch 0's), before epoch 2's claim and fences; restored, the
+    second reset run again starts epoch 2, each id 0-17 once in each sink."""
+    from deltalake import DeltaTable
+
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}
+    _refused_reset(spark, tmp_path, copy)
+    shutil.move(tmp_path / "copy-backup", tmp_path / "copy")
+    _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))  # epoch 1
+
+    shutil.move(tmp_path / "copy", tmp_path / "copy-backup")  # dropped again
+    shutil.rmtree(tmp_path / "checkpoint")  # the second reset: ids 15-17
+    shutil.rmtree(tmp_path / "input")
+    write_input(tmp_path / "input", 1, 3, start_file=5)
+    before = _ledger_rows(tmp_path)
+    epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(3)]
+    epoch1 = [("committed", 1, s, b) for s in ("copy", "lake") for b in range(2)]
+    assert before == sorted([*epoch0, *epoch1, ("epoch", 0, "*", 0), ("epoch", 1, "*", 0)])
+    version = DeltaTable(str(tmp_path / "lake")).version()
+    with pytest.raises(StreamingQueryException) as refused:
+        _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))
+    message = str(refused.value)
+    assert f"path '{tmp_path / 'copy'}' no longer holds batch 1 of epoch 1" in message, message
+    assert "epoch 2 was not started and no sink was fenced or written" in message, message
+    assert _ledger_rows(tmp_path) == before
+    assert DeltaTable(str(tmp_path / "lake")).version() == version  # no fence
+
+    shutil.move(tmp_path / "copy-backup", tmp_path / "copy")
+    _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))
+    for sink in ("lake", "copy"):
+        assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(18)}, sink
+    epoch2 = [("committed", 2, s, 0) for s in ("copy", "lake")]
+    assert _ledger_rows(tmp_path) == sorted([*before, *epoch2, ("epoch", 2, "*", 0)])
