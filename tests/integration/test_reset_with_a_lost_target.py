@@ -277,6 +277,28 @@ def _refused_reset(spark: Any, tmp_path: Path, copy: dict[str, str]) -> None:
     assert not (tmp_path / "copy").exists()
 
 
+def _old_checkpoint_resumes(spark: Any, tmp_path: Path, copy: dict[str, Any]) -> None:
+    """The old checkpoint (``checkpoint-old``) and its input back, ids 9-14 written as its
+    batches 3-4: epoch 0 resumes (not refused as superseded), then a catch-up (a lag sink
+    behind a spooled batch of another epoch is written from the spool); each id 0-14 once
+    in each sink, the ledger's rows those of epoch 0 alone."""
+    shutil.rmtree(tmp_path / "checkpoint")
+    shutil.move(tmp_path / "checkpoint-old", tmp_path / "checkpoint")
+    shutil.rmtree(tmp_path / "input")
+    shutil.move(tmp_path / "input-done", tmp_path / "input")
+    write_input(tmp_path / "input", 2, 3, start_file=3)
+    fan = _fan(tmp_path, copy)
+    try:
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+        fan.catch_up(30)
+    finally:
+        fan.close()
+    for sink in ("lake", "copy"):
+        assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(15)}, sink
+    epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(5)]
+    assert _ledger_rows(tmp_path) == sorted([*epoch0, ("epoch", 0, "*", 0)])
+
+
 def test_a_reset_refused_for_a_dropped_table_leaves_the_old_checkpoint_resuming(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -287,21 +309,7 @@ def test_a_reset_refused_for_a_dropped_table_leaves_the_old_checkpoint_resuming(
     _refused_reset(spark, tmp_path, copy)
 
     shutil.move(tmp_path / "copy-backup", tmp_path / "copy")  # the operator restores it
-    shutil.rmtree(tmp_path / "checkpoint")  # and goes back to the old checkpoint, its input
-    shutil.move(tmp_path / "checkpoint-old", tmp_path / "checkpoint")
-    shutil.rmtree(tmp_path / "input")
-    shutil.move(tmp_path / "input-done", tmp_path / "input")
-    write_input(tmp_path / "input", 2, 3, start_file=3)  # ids 9-14 as batches 3-4
-    fan = _fan(tmp_path, copy)
-    try:
-        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
-        fan.catch_up(30)  # copy, behind the ghost batch, is written from the spool
-    finally:
-        fan.close()
-    for sink in ("lake", "copy"):
-        assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(15)}, sink
-    epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(5)]
-    assert _ledger_rows(tmp_path) == sorted([*epoch0, ("epoch", 0, "*", 0)])
+    _old_checkpoint_resumes(spark, tmp_path, copy)  # and goes back to the old checkpoint
 
 
 def test_a_reset_refused_for_a_dropped_table_starts_once_the_table_is_restored(
@@ -420,21 +428,7 @@ def test_a_reset_refused_by_the_spool_claims_nothing_and_the_old_checkpoint_resu
     assert _ledger_rows(tmp_path) == before  # before: ("epoch", 1, "*", 0) too
     assert DeltaTable(str(tmp_path / "lake")).version() == 2  # before: 3, the fence
 
-    shutil.rmtree(tmp_path / "checkpoint")  # the message's way on: the original checkpoint
-    shutil.move(tmp_path / "checkpoint-old", tmp_path / "checkpoint")
-    shutil.rmtree(tmp_path / "input")
-    shutil.move(tmp_path / "input-done", tmp_path / "input")
-    write_input(tmp_path / "input", 2, 3, start_file=3)  # ids 9-14 as batches 3-4
-    fan = _fan(tmp_path, copy)
-    try:
-        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
-        fan.catch_up(30)  # copy, behind the ghost batch, is written from the spool
-    finally:
-        fan.close()
-    for sink in ("lake", "copy"):
-        assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(15)}, sink
-    epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(5)]
-    assert _ledger_rows(tmp_path) == sorted([*epoch0, ("epoch", 0, "*", 0)])
+    _old_checkpoint_resumes(spark, tmp_path, copy)  # the message's way on
 
 
 def test_a_reset_of_a_reset_refused_for_a_dropped_table_asks_about_the_epoch_before(
