@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, Literal
 
@@ -954,12 +955,18 @@ class FanOut:
             self._layouts.end_batch(follow=_read_as_given(state, df))
 
     def _refuse_unmarked(self, info: BatchInfo) -> None:
-        """Before a new epoch starts: refuse the start when an open sink holds the batch
-        after its last mark of the epoch replaced, or when the ledger would refuse it
-        (:meth:`Admission.check_start <fanout.steps.admit.Admission.check_start>`), or
-        when a sink with no mark of the epoch holds the batch after a vanished sink's last
-        mark under that sink's name (renamed between a crash and the reset:
-        :func:`fanout.steps.renamed.refuse_renamed_at_reset`), with nothing fenced; else
+        """Before a new epoch starts, the checks that can refuse its first batch, all
+        before the ledger's ``epoch`` row (the claim) and before any fence, so a refused
+        reset changes nothing: refuse the start when a sink with no mark of the epoch holds
+        the batch after a vanished sink's last mark under that sink's name (renamed between
+        a crash and the reset: :func:`fanout.steps.renamed.refuse_renamed_at_reset`), when
+        the spool holds the new epoch's batch of another query
+        (:meth:`Spool.check <fanout.spool.table.Spool.check>`), when a sink's target lost
+        its last marked batch of the epochs before (the run's lost-target check,
+        :meth:`_refuse_lost`; a lag sink lags with it instead), when an open sink holds
+        the batch after its last mark of the epoch replaced, or when the ledger would
+        refuse the start
+        (:meth:`Admission.check_start <fanout.steps.admit.Admission.check_start>`); else
         close that epoch to the sinks' writes still in flight and ask again
         (:mod:`fanout.steps.unmarked`)."""
         not_opened = self.lagging.not_opened()
@@ -975,6 +982,14 @@ class FanOut:
         )  # fmt: skip
         if renamed is not None:  # before any fence: nothing of the start is written
             raise renamed
+        if self.spool is not None:  # the lag step's check of the new epoch's key: refused
+            # after the claim, its way on (the original checkpoint) would be superseded
+            self.spool.check(replace(info, epoch=info.epoch + 1))
+        # the first batch's lost-target check, asked before the claim (the new epoch has no
+        # marks: each sink about its last mark of the epochs before), so a reset it refuses
+        # starts nothing: no epoch row, no fence, the replaced checkpoint still resumes
+        self._refuse_lost(info.epoch + 1, {}, info.query_id, reset=True)
+        self._targets_checked = True
         self._fenced = refuse_unmarked(
             info, self.ledger, opened, spooled, timeouts, unopened,
             before_fence=partial(self._admission.check_start, info), accepted=self._accept_lost,
@@ -990,7 +1005,8 @@ class FanOut:
 
     def _check_targets(self, state: BatchState) -> None:
         """Once per run, before its first batch writes: refuse it when a sink's target no
-        longer holds its last marked batch (:mod:`fanout.steps.lost_target`)."""
+        longer holds its last marked batch (:mod:`fanout.steps.lost_target`). A checkpoint
+        reset's run asked that before its new epoch started (:meth:`_refuse_unmarked`)."""
         if not self._targets_checked:  # a new epoch has no marks: each sink's earlier ones
             self._refuse_lost(state.info.epoch, state.marks or {}, state.info.query_id)
             self._targets_checked = True
@@ -1098,14 +1114,21 @@ class FanOut:
         self._targets_checked = True
 
     def _refuse_lost(
-        self, epoch: int, marks: Mapping[str, int | None], query_id: str | None = None
+        self,
+        epoch: int,
+        marks: Mapping[str, int | None],
+        query_id: str | None = None,
+        *,
+        reset: bool = False,
     ) -> None:
         """Refuse the run when a sink's target lost its last marked batch; a sink with
         ``on_failure="lag"`` lags with that error instead (:meth:`Lagging.lose`): the
-        others go on; one a reopen's check refused before lags with that refusal."""
+        others go on; one a reopen's check refused before lags with that refusal.
+        ``reset``: asked before a checkpoint reset starts ``epoch``, which a refusal leaves
+        unstarted (its message says so, and that the way on is the reset again)."""
         unasked = self.lagging.unasked()
         opened = {n: s for n, s in self.sinks.items() if n not in unasked}
-        self._lose(self._lost_targets(opened, epoch, marks, query_id))
+        self._lose(self._lost_targets(opened, epoch, marks, query_id, reset=reset))
 
     def _lost_targets(
         self,
@@ -1113,12 +1136,15 @@ class FanOut:
         epoch: int,
         marks: Mapping[str, int | None],
         query_id: str | None = None,
+        *,
+        reset: bool = False,
     ) -> dict[str, TargetLostError]:
         """The lost-target check of ``sinks`` about their ``marks`` of ``epoch``; a sink
         with no mark there (a checkpoint reset's new epoch, or a sink lagging since before
         it) about its last mark of the newest epoch before that holds one
         (:func:`fanout.steps.lost_target.earlier_marks`). ``query_id``: the run's query,
-        whose refused start of ``epoch`` wrote lost marks of the epoch before it."""
+        whose refused start of ``epoch`` wrote lost marks of the epoch before it.
+        ``reset``: ``epoch`` is a checkpoint reset's, not started yet."""
         timeouts = {n: t for n in sinks if (t := write_timeout(self.specs[n])) is not None}
         lags = [n for n in sinks if self.specs[n].lag.lags]
         lost = refuse_lost_targets(
@@ -1131,6 +1157,7 @@ class FanOut:
                 self.pipeline, before, self.ledger, {n: sinks[n] for n in found}, found,
                 self._accept_lost, timeouts, self.pipeline_file, lags,
                 query_id if before == epoch - 1 else None, self.specs,
+                reset_to=epoch if reset else None,
             )  # fmt: skip
         return lost
 

@@ -32,8 +32,9 @@ class Admission:
     :param ledger: the pipeline's ledger.
     :param before_start: called with a batch whose reset is accepted (its ``epoch`` still
         the one it replaces) before the new epoch's start is committed: raises to refuse
-        the start (:func:`fanout.steps.unmarked.refuse_unmarked`, the batch a sink wrote
-        but never marked).
+        the start with nothing of it written (the checks that can refuse the new epoch's
+        first batch: a sink renamed at the reset, a target lost, the batch a sink wrote
+        but never marked, :func:`fanout.steps.unmarked.refuse_unmarked`).
     :param start_refused: called with the same batch when the ledger then refuses the
         start for a batch the old epoch's query committed after the ``fanout recover``
         report it starts from (:class:`fanout.ZombieBatchError`): the new epoch did not

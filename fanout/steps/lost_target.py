@@ -7,7 +7,9 @@ loses those batches silently: the ledger and ``fanout status`` still count them,
 run writes on. So before a run writes anything, each open sink with a mark in the current
 epoch is asked :meth:`fanout.Sink.holds_batch` about that mark, once per run (never on the
 per-batch path), one with none there about its last mark of the newest earlier epoch that
-holds one (:func:`earlier_marks`: a checkpoint reset's first run), and a lagging sink
+holds one (:func:`earlier_marks`: a checkpoint reset's first run, asked before the
+reset's new epoch starts, so a refused reset leaves the ledger and the sinks as they were:
+``FanOut._refuse_unmarked``), and a lagging sink
 that could not be opened at the start is asked once it is (before its first write).
 Unless that says ``False`` (or does not answer within the sink's ``write_timeout_s``), a
 sink implementing
@@ -88,6 +90,7 @@ def refuse_lost_targets(
     lags: Collection[str] = (),
     query_id: str | None = None,
     configured: Collection[str] | None = None,
+    reset_to: int | None = None,
 ) -> dict[str, TargetLostError]:
     """Raise :class:`fanout.TargetLostError` for the first sink of ``sinks`` (open, with a
     mark in ``marks``, of ``epoch``) whose target, by its own records, no longer holds its
@@ -105,7 +108,9 @@ def refuse_lost_targets(
     names. ``query_id``: the query starting the epoch after ``epoch`` (a checkpoint reset),
     whose refused start's lost marks its checkpoint writes again (:func:`written_marks`).
     ``configured``: the sinks the pipeline configures now (``None``: every sink the ledger
-    names), whose marks tell where the new epoch resumes."""
+    names), whose marks tell where the new epoch resumes. ``reset_to``: the epoch a
+    checkpoint reset is about to start (asked before its ``epoch`` row and fences): a
+    refusal leaves it unstarted, and its ways on are the reset run again."""
     bounds = timeouts or {}
     lost: dict[str, TargetLostError] = {}
     for name, sink in sorted(sinks.items()):
@@ -170,7 +175,15 @@ def refuse_lost_targets(
         error = TargetLostError(
             redact(
                 _message(
-                    pipeline, epoch, ledger, sink, batch, pipeline_file, lags=lags_on, reason=reason
+                    pipeline,
+                    epoch,
+                    ledger,
+                    sink,
+                    batch,
+                    pipeline_file,
+                    lags=lags_on,
+                    reason=reason,
+                    reset_to=reset_to,
                 ),
                 sink.secret_values(),
             ),
@@ -318,11 +331,12 @@ def written_marks(
     return sorted(written, reverse=True)
 
 
-def moved_on_purpose(sink: Sink) -> str:
+def moved_on_purpose(sink: Sink, again: str = "restart") -> str:
     """The way on of a sink whose target option was changed on purpose between runs (a
     new, empty target; the old one still holds the batches): set it back, or rename the
     sink too, which then starts afresh there (the old name's marks stay the ledger's record
-    of the old target; docs/architecture.md §5, "A target lost")."""
+    of the old target; docs/architecture.md §5, "A target lost"). ``again``: what the
+    operator runs then (a refused checkpoint reset: the reset again)."""
     option = next(
         (o for o in TARGET_OPTIONS if isinstance(getattr(sink, o, None), str) and getattr(sink, o)),
         "target",
@@ -330,7 +344,7 @@ def moved_on_purpose(sink: Sink) -> str:
     return (
         f" If {sink.name!r}'s {option} was changed on purpose to a new target (the old one "
         f"still holds those batches), set it back; or give the sink a new name too and "
-        "restart: the new name starts afresh there with the next batch, and the old name's "
+        f"{again}: the new name starts afresh there with the next batch, and the old name's "
         "marks stay the record of the old target."
     )
 
@@ -354,7 +368,10 @@ def _message(
     *,
     lags: bool = False,
     reason: str | None = None,
+    reset_to: int | None = None,
 ) -> str:
+    """The refusal's text; ``reset_to``: the epoch a refused checkpoint reset did not start
+    (its ways on carry ``--new-epoch``), unless the sink lags (the reset goes on)."""
     where = ledger_location(ledger)
     if reason is None:
         why = (
@@ -363,6 +380,8 @@ def _message(
         )
     else:
         why = f"the target was replaced since by one created again empty: {reason}"
+    if reset_to is not None and not lags:
+        return _reset_message(pipeline, epoch, sink, batch, file, why, where, reset_to)
     accept = f"`fanout run {file or 'PIPELINE.toml'} --accept-lost-target {shell_word(sink.name)}`"
     if file is None:  # not run from a pipeline file: a FanOut of the caller's own
         accept += f" (FanOut(accept_lost_targets=[{sink.name!r}]))"
@@ -393,4 +412,35 @@ def _message(
         f"explicitly for this run: {accept}, which writes on from the next batch "
         f"into the target as it is (the ledger at {where} keeps counting the lost batches "
         "as written there)." + moved_on_purpose(sink)
+    )
+
+
+def _reset_message(
+    pipeline: str, epoch: int, sink: Sink, batch: int, file: str | None, why: str, where: str,
+    reset_to: int,
+) -> str:  # fmt: skip
+    """The refusal of a checkpoint reset's first batch, asked before epoch ``reset_to``
+    started: nothing of the reset is in the ledger or the sinks, so each way on is the reset
+    run again (``--new-epoch``), or the replaced checkpoint, which still resumes."""
+    run = f"fanout run {file or 'PIPELINE.toml'} --new-epoch"
+    name = shell_word(sink.name)
+    reset = f"`{run}`"
+    accept = f"`{run} --accept-lost-target {name}`"
+    if file is None:  # not run from a pipeline file: a FanOut of the caller's own
+        reset += " (FanOut(on_checkpoint_reset='new_epoch'))"
+        accept += f" (FanOut(on_checkpoint_reset='new_epoch', accept_lost_targets=[{sink.name!r}]))"
+    return (
+        f"pipeline {pipeline!r}: {target_text(sink)} no longer holds batch {batch} of epoch "
+        f"{epoch}, which the ledger marks written there (its last marked batch that wrote "
+        f"rows): {why}. The batches the ledger counts for it are gone from it, and `fanout "
+        "status` still counts them. The checkpoint reset is refused before it started: "
+        f"epoch {reset_to} was not started and no sink was fenced or written (the ledger is "
+        "as before the reset: the replaced checkpoint, if you still have it, stays the "
+        "pipeline's).\n"
+        "Ways on: restore the target (from a backup or the storage's history: a Delta table's "
+        "RESTORE, a PostgreSQL dump, the topic's mirror), then run the reset again: "
+        f"{reset}; or accept the loss explicitly with the reset: {accept}, which starts epoch "
+        f"{reset_to} and writes on from its first batch into the target as it is (the ledger "
+        f"at {where} keeps counting the lost batches as written there)."
+        + moved_on_purpose(sink, "run the reset again")
     )

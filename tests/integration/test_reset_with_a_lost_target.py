@@ -5,10 +5,12 @@ sink, and the new epoch's first write created the table again empty (the replace
 batches gone from it, the ledger still counting them, nothing said); a sink lagging across
 the reset had its spooled batches of the replaced epoch written into the new empty target
 by the catch-up. A sink with no mark in the current epoch is now asked about its last mark
-of the newest epoch before that holds one. The start itself (``FanOut._refuse_unmarked``)
-passes rightly: the dropped table holds no batch after the mark, and a lagging sink whose
-spool holds the batches after its mark is not asked. Real Spark, Delta lake, ledger and
-spool."""
+of the newest epoch before that holds one, at a reset before the new epoch's claim and
+fences (``FanOut._refuse_unmarked``): a refused reset leaves the ledger and the sinks as
+they were, so the replaced checkpoint still resumes, and the same reset run again once the
+target is restored starts the new epoch. The start's unmarked-batch question passes
+rightly: the dropped table holds no batch after the mark, and a lagging sink whose spool
+holds the batches after its mark is not asked. Real Spark, Delta lake, ledger and spool."""
 
 from __future__ import annotations
 
@@ -69,6 +71,11 @@ def _marks(tmp_path: Path) -> list[tuple[int, str, int]]:
     )
 
 
+def _epochs(tmp_path: Path) -> list[int]:
+    """The epochs the ledger's ``epoch`` rows start or claim."""
+    return sorted(r["epoch"] for r in delta_rows(tmp_path / "ledger") if r["status"] == "epoch")
+
+
 def test_a_reset_refuses_a_dropped_delta_table_and_its_printed_acceptance_writes_on(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -83,15 +90,20 @@ def test_a_reset_refuses_a_dropped_delta_table_and_its_printed_acceptance_writes
     message = str(refused.value)
     assert "TargetLostError" in message and "sink 'copy', batch 2:" in message, message
     assert f"path '{tmp_path / 'copy'}' no longer holds batch 2 of epoch 0" in message
-    accept = "(FanOut(accept_lost_targets=['copy']))"
+    accept = "(FanOut(on_checkpoint_reset='new_epoch', accept_lost_targets=['copy']))"
     assert accept in message, message
     assert not (tmp_path / "copy").exists()  # before: created again, holding ids 9-14 only
     assert _ids(tmp_path / "lake") == list(range(9))
     epoch0 = [(0, s, b) for s in ("copy", "lake") for b in range(3)]
     assert _marks(tmp_path) == epoch0
+    assert _epochs(tmp_path) == [0]  # no claim of epoch 1
 
-    # the way on, as printed (the new checkpoint owns epoch 1 now: no reset to accept)
-    _run(spark, tmp_path, _fan(tmp_path, copy, accept_lost_targets=["copy"]))
+    # the way on, as printed: the reset accepted with the loss (before the fix the refused
+    # reset owned epoch 1 already, and the printed command had no --new-epoch)
+    _run(
+        spark, tmp_path,
+        _fan(tmp_path, copy, on_checkpoint_reset="new_epoch", accept_lost_targets=["copy"]),
+    )  # fmt: skip
     assert _ids(tmp_path / "copy") == list(range(9, 15))
     assert _ids(tmp_path / "lake") == list(range(15))
     epoch1 = [(1, s, b) for s in ("copy", "lake") for b in range(2)]
@@ -155,10 +167,10 @@ def test_a_sink_lagging_across_a_reset_is_not_caught_up_into_its_lost_target(
 def test_fanout_run_new_epoch_refused_for_a_dropped_table_goes_on_with_the_printed_command(
     spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
-    """Through ``fanout run PIPELINE.toml --new-epoch``: refused for the dropped table, the
-    command the refusal prints, run exactly as printed (without ``--new-epoch``: the new
-    checkpoint owns epoch 1 already), writes the new epoch's batch into the table as it is,
-    and the next run needs no flag."""
+    """Through ``fanout run PIPELINE.toml --new-epoch``: refused for the dropped table before
+    the new epoch's claim, the command the refusal prints, run exactly as printed (the reset
+    again, ``--new-epoch`` with ``--accept-lost-target``), starts the new epoch and writes
+    its batch into the table as it is, and the next run needs no flag."""
     config = tmp_path / "pipeline.toml"
     config.write_text(bronze_pipeline(tmp_path))
     write_input(tmp_path / "input", 1, 3)  # batch 0: orders 0-2
@@ -173,8 +185,9 @@ def test_fanout_run_new_epoch_refused_for_a_dropped_table_goes_on_with_the_print
     assert ran.returncode == 1, out[-3000:]
     assert f"path '{tmp_path / 'bronze'}' no longer holds batch 0 of epoch 0" in out, out
     (printed,) = re.findall(r"`(fanout run [^`]*--accept-lost-target[^`]*)`", out)
-    assert printed == f"fanout run {config} --accept-lost-target bronze"
+    assert printed == f"fanout run {config} --new-epoch --accept-lost-target bronze"
     assert not (tmp_path / "bronze").exists()  # before: created again, holding orders 3-5
+    assert _epochs(tmp_path) == [0]  # before: epoch 1 claimed by the refused reset
 
     ran = fanout_cli(*shlex.split(printed)[1:])
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
@@ -191,8 +204,9 @@ def test_a_path_changed_on_purpose_at_a_reset_goes_on_under_a_new_name_as_printe
     spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """A reset that also points the sink at a new table on purpose is refused (the old
-    table still holds epoch 0's batches); its printed way on, a new name for the sink and a
-    restart, starts the new table afresh with the new epoch's batch, the old one untouched."""
+    table still holds epoch 0's batches); its printed way on, a new name for the sink and the
+    reset run again, starts the new table afresh with the new epoch's batch, the old one
+    untouched."""
     config = tmp_path / "pipeline.toml"
     config.write_text(bronze_pipeline(tmp_path))
     write_input(tmp_path / "input", 1, 3)  # batch 0: orders 0-2
@@ -210,12 +224,247 @@ def test_a_path_changed_on_purpose_at_a_reset_goes_on_under_a_new_name_as_printe
     assert f"path '{tmp_path / 'fresh'}' no longer holds batch 0 of epoch 0" in out, out
     assert (
         "If 'bronze''s path was changed on purpose to a new target (the old one still holds "
-        "those batches), set it back; or give the sink a new name too and restart"
+        "those batches), set it back; or give the sink a new name too and run the reset again"
     ) in out, out
+    assert _epochs(tmp_path) == [0]
 
     config.write_text(config.read_text().replace('name = "bronze"', 'name = "fresh"'))
-    ran = fanout_cli("run", str(config))
+    ran = fanout_cli("run", str(config), "--new-epoch")
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
     assert id_counts(delta_rows(tmp_path / "fresh")) == {3: 1, 4: 1, 5: 1}
     assert id_counts(delta_rows(tmp_path / "bronze")) == {0: 1, 1: 1, 2: 1}
     assert _marks(tmp_path) == [(0, "bronze", 0), (1, "fresh", 0)]
+
+
+def _ledger_rows(tmp_path: Path) -> list[tuple[str, int, str, int]]:
+    """Every ledger row: (status, epoch, sink, batch id)."""
+    return sorted(
+        (r["status"], r["epoch"], r["sink"], r["batch_id"]) for r in delta_rows(tmp_path / "ledger")
+    )
+
+
+def _refused_reset(spark: Any, tmp_path: Path, copy: dict[str, str]) -> None:
+    """Batches 0-2 (ids 0-8) into ``lake`` and ``copy``; the old checkpoint kept aside,
+    ``copy``'s table moved away (dropped; the move is its backup), then a reset (a new
+    checkpoint reading ids 9-14) refused for the dropped table: nothing of it in the ledger
+    or the sinks."""
+    write_input(tmp_path / "input", 3, 3)
+    _run(spark, tmp_path, _fan(tmp_path, copy))
+    shutil.copytree(tmp_path / "checkpoint", tmp_path / "checkpoint-old")
+    shutil.move(tmp_path / "copy", tmp_path / "copy-backup")
+    _reset(tmp_path, 2, 3)
+    from deltalake import DeltaTable
+
+    before = _ledger_rows(tmp_path)
+    epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(3)]
+    assert before == sorted([*epoch0, ("epoch", 0, "*", 0)])
+    with pytest.raises(StreamingQueryException) as refused:
+        _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))
+    message = str(refused.value)
+    assert f"path '{tmp_path / 'copy'}' no longer holds batch 2 of epoch 0" in message, message
+    assert (
+        "The checkpoint reset is refused before it started: epoch 1 was not started and no "
+        "sink was fenced or written"
+    ) in message, message
+    assert "`fanout run PIPELINE.toml --new-epoch` (FanOut(on_checkpoint_reset='new_epoch'))" in (
+        message
+    )
+    # no epoch row of epoch 1, no lost mark, no failure row (before: ("epoch", 1, "*", 0))
+    assert _ledger_rows(tmp_path) == before
+    # no fence: lake's last commit is still batch 2's (before: version 3, the fence)
+    assert DeltaTable(str(tmp_path / "lake")).version() == 2
+    assert _ids(tmp_path / "lake") == list(range(9))
+    assert not (tmp_path / "copy").exists()
+
+
+def _old_checkpoint_resumes(spark: Any, tmp_path: Path, copy: dict[str, Any]) -> None:
+    """The old checkpoint (``checkpoint-old``) and its input back, ids 9-14 written as its
+    batches 3-4: epoch 0 resumes (not refused as superseded), then a catch-up (a lag sink
+    behind a spooled batch of another epoch is written from the spool); each id 0-14 once
+    in each sink, the ledger's rows those of epoch 0 alone."""
+    shutil.rmtree(tmp_path / "checkpoint")
+    shutil.move(tmp_path / "checkpoint-old", tmp_path / "checkpoint")
+    shutil.rmtree(tmp_path / "input")
+    shutil.move(tmp_path / "input-done", tmp_path / "input")
+    write_input(tmp_path / "input", 2, 3, start_file=3)
+    fan = _fan(tmp_path, copy)
+    try:
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+        fan.catch_up(30)
+    finally:
+        fan.close()
+    for sink in ("lake", "copy"):
+        assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(15)}, sink
+    epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(5)]
+    assert _ledger_rows(tmp_path) == sorted([*epoch0, ("epoch", 0, "*", 0)])
+
+
+def test_a_reset_refused_for_a_dropped_table_leaves_the_old_checkpoint_resuming(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The refused reset claimed nothing: the table restored, the OLD checkpoint resumes
+    epoch 0 (before: refused as superseded by the epoch the refusal had claimed) and writes
+    the new input once into each sink."""
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}
+    _refused_reset(spark, tmp_path, copy)
+
+    shutil.move(tmp_path / "copy-backup", tmp_path / "copy")  # the operator restores it
+    _old_checkpoint_resumes(spark, tmp_path, copy)  # and goes back to the old checkpoint
+
+
+def test_a_reset_refused_for_a_dropped_table_starts_once_the_table_is_restored(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The same reset, run again once the table is restored, starts epoch 1 (its claim
+    written now, by this run) and writes the new input once into each sink."""
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}
+    _refused_reset(spark, tmp_path, copy)
+
+    shutil.move(tmp_path / "copy-backup", tmp_path / "copy")
+    _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))
+    for sink in ("lake", "copy"):
+        assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(15)}, sink
+    epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(3)]
+    epoch1 = [("committed", 1, s, b) for s in ("copy", "lake") for b in range(2)]
+    assert _ledger_rows(tmp_path) == sorted(
+        [*epoch0, *epoch1, ("epoch", 0, "*", 0), ("epoch", 1, "*", 0)]
+    )
+
+
+def _lag_run(spark: Any, tmp_path: Path, copy: dict[str, Any], **kw: Any) -> Any:
+    """One run of the current checkpoint, then a catch-up; ``copy``'s lag after them."""
+    fan = _fan(tmp_path, copy, **kw)
+    try:
+        run_stream(spark, tmp_path / "input", fan, tmp_path / "checkpoint")
+        fan.catch_up(30)
+        return fan.lagging.lag_of("copy")
+    finally:
+        fan.close()
+
+
+def test_a_lag_sink_lost_at_a_reset_never_catches_up_into_its_table_created_again_empty(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A Delta sink with ``on_failure="lag"`` whose table was dropped at a reset lags with
+    its loss and the reset goes on (epoch 1 started, ``lake`` written). Walked on: a
+    restart, then a restart after the table was created again empty, both leave it
+    lagging with its loss (its spooled batches of epoch 1 are not caught up into the empty
+    table: a silent loss of ids 0-8); the table restored from its backup, the next restart
+    catches it up from the spool, every id 0-17 once."""
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy"), "on_failure": "lag"}
+    write_input(tmp_path / "input", 3, 3)  # ids 0-8, batches 0-2 of epoch 0
+    _run(spark, tmp_path, _fan(tmp_path, copy))
+    shutil.move(tmp_path / "copy", tmp_path / "copy-backup")  # dropped (the move: a backup)
+    _reset(tmp_path, 2, 3)  # ids 9-14
+
+    lag = _lag_run(spark, tmp_path, copy, on_checkpoint_reset="new_epoch")
+    assert (lag.state, lag.batches) == ("lagging", 2)
+    assert lag.error is not None and lag.error.startswith(
+        "TargetLostError: sink 'copy', batch 2: pipeline 'lostreset': path "
+    ), lag.error
+    assert "epoch 1 was not started" not in lag.error  # it lags; the reset went on
+    assert _epochs(tmp_path) == [0, 1]
+    epoch0 = [(0, s, b) for s in ("copy", "lake") for b in range(3)]
+    assert _marks(tmp_path) == sorted([*epoch0, (1, "lake", 0), (1, "lake", 1)])
+    assert _ids(tmp_path / "lake") == list(range(15))
+    assert not (tmp_path / "copy").exists()
+
+    write_input(tmp_path / "input", 1, 3, start_file=5)  # ids 15-17: batch 2 of epoch 1
+    lag = _lag_run(spark, tmp_path, copy)  # a restart: asked again, lost again
+    assert (lag.state, lag.batches) == ("lagging", 3)
+    assert not (tmp_path / "copy").exists()
+
+    from deltalake import DeltaTable, write_deltalake
+
+    empty = DeltaTable(str(tmp_path / "copy-backup")).to_pyarrow_table().slice(0, 0)
+    write_deltalake(str(tmp_path / "copy"), empty)  # created again empty by hand
+    lag = _lag_run(spark, tmp_path, copy)
+    assert (lag.state, lag.batches) == ("lagging", 3)
+    assert _ids(tmp_path / "copy") == []  # before any fix too: not caught up into it
+
+    shutil.rmtree(tmp_path / "copy")
+    shutil.move(tmp_path / "copy-backup", tmp_path / "copy")  # restored
+    lag = _lag_run(spark, tmp_path, copy)
+    assert (lag.state, lag.batches) == ("live", 0)
+    for sink in ("lake", "copy"):
+        assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(18)}, sink
+    epoch1 = [(1, s, b) for s in ("copy", "lake") for b in range(3)]
+    assert _marks(tmp_path) == sorted(epoch0 + epoch1)
+
+
+def test_a_reset_refused_by_the_spool_claims_nothing_and_the_old_checkpoint_resumes(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The spool holds batch 0 of epoch 1 of another query (a spool that outlived its
+    ledger) for the lag sink ``copy``: a reset's first batch is refused by the spool's
+    check (``Spool.check``), whose ways on start with the original checkpoint. Now before
+    the claim and fences: no ``epoch`` row of epoch 1, ``lake`` unfenced, and the original
+    checkpoint, as the message says, resumes epoch 0, each id once. Before, the refusal came
+    after the claim: the original checkpoint was refused as superseded."""
+    from datetime import UTC, datetime
+
+    from deltalake import DeltaTable
+
+    from fanout.contract.batch import BatchInfo
+    from fanout.spool.table import Spool
+
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy"), "on_failure": "lag"}
+    write_input(tmp_path / "input", 3, 3)  # ids 0-8, batches 0-2
+    _run(spark, tmp_path, _fan(tmp_path, copy))
+    shutil.copytree(tmp_path / "checkpoint", tmp_path / "checkpoint-old")
+    ghost = BatchInfo("lostreset", 0, "ghost", [{"s": {"0": 1}}], batch_timestamp_ms=5, epoch=1)
+    frame = spark.createDataFrame([(99, "x", 1.0, "new")], "order_id LONG, customer STRING, "
+                                  "amount DOUBLE, status STRING")  # fmt: skip
+    Spool(str(tmp_path / "spool"), "lostreset").add(frame, ghost, ["copy"], datetime.now(UTC))
+    before = _ledger_rows(tmp_path)
+    _reset(tmp_path, 2, 3)  # ids 9-14
+
+    with pytest.raises(StreamingQueryException) as refused:
+        _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))
+    message = str(refused.value)
+    assert "checkpoint reset detected. Spark handed batch 0 (epoch 1) of query " in message
+    assert "holds batch 0 (epoch 1) of query ghost for sink(s) copy" in message, message
+    assert "1. Restore the original checkpoint directory and restart the query" in message
+    assert _ledger_rows(tmp_path) == before  # before: ("epoch", 1, "*", 0) too
+    assert DeltaTable(str(tmp_path / "lake")).version() == 2  # before: 3, the fence
+
+    _old_checkpoint_resumes(spark, tmp_path, copy)  # the message's way on
+
+
+def test_a_reset_of_a_reset_refused_for_a_dropped_table_asks_about_the_epoch_before(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Epoch 1 started by a reset refused once (the table dropped) and accepted once it was
+    restored; a second reset (epoch 2) with the table dropped again is refused about its
+    last mark of epoch 1 (not epoch 0's), before epoch 2's claim and fences; restored, the
+    second reset run again starts epoch 2, each id 0-17 once in each sink."""
+    from deltalake import DeltaTable
+
+    copy = {"type": "delta", "name": "copy", "path": str(tmp_path / "copy")}
+    _refused_reset(spark, tmp_path, copy)
+    shutil.move(tmp_path / "copy-backup", tmp_path / "copy")
+    _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))  # epoch 1
+
+    shutil.move(tmp_path / "copy", tmp_path / "copy-backup")  # dropped again
+    shutil.rmtree(tmp_path / "checkpoint")  # the second reset: ids 15-17
+    shutil.rmtree(tmp_path / "input")
+    write_input(tmp_path / "input", 1, 3, start_file=5)
+    before = _ledger_rows(tmp_path)
+    epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(3)]
+    epoch1 = [("committed", 1, s, b) for s in ("copy", "lake") for b in range(2)]
+    assert before == sorted([*epoch0, *epoch1, ("epoch", 0, "*", 0), ("epoch", 1, "*", 0)])
+    version = DeltaTable(str(tmp_path / "lake")).version()
+    with pytest.raises(StreamingQueryException) as refused:
+        _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))
+    message = str(refused.value)
+    assert f"path '{tmp_path / 'copy'}' no longer holds batch 1 of epoch 1" in message, message
+    assert "epoch 2 was not started and no sink was fenced or written" in message, message
+    assert _ledger_rows(tmp_path) == before
+    assert DeltaTable(str(tmp_path / "lake")).version() == version  # no fence
+
+    shutil.move(tmp_path / "copy-backup", tmp_path / "copy")
+    _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))
+    for sink in ("lake", "copy"):
+        assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(18)}, sink
+    epoch2 = [("committed", 2, s, 0) for s in ("copy", "lake")]
+    assert _ledger_rows(tmp_path) == sorted([*before, *epoch2, ("epoch", 2, "*", 0)])

@@ -203,3 +203,38 @@ def test_new_epoch_killed_between_its_fences_and_its_start_row_names_both_ways_o
     marks = sorted((r["epoch"], r["batch_id"]) for r in delta_rows(tmp_path / "ledger")
                    if r["status"] == "committed")  # fmt: skip
     assert marks == [(0, 0), (1, 0)]
+
+
+def test_new_epoch_killed_after_its_lost_target_check_before_its_claim_changed_nothing(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """``fanout run --new-epoch`` killed (SIGKILL) right after the reset's lost-target
+    check passed, before its fences and claim (``FanOut._refuse_lost``, now asked before
+    them): the ledger and the table are as before the reset (no ``epoch`` row of epoch 1,
+    no fence commit), and the same command run again starts epoch 1 and writes its batch
+    once."""
+    from deltalake import DeltaTable
+
+    from tests.kill_at import KILLED, fanout_killed_at
+
+    config = tmp_path / "pipeline.toml"
+    config.write_text(bronze_pipeline(tmp_path))
+    write_input(tmp_path / "input", 1, 3)
+    assert _run(fanout_cli, str(config))[0] == 0
+    version = DeltaTable(str(tmp_path / "bronze")).version()
+    _new_checkpoint(tmp_path, 1)
+
+    cut = fanout_killed_at(
+        "fanout.fan_out:FanOut._refuse_lost", "after", 1, "run", str(config), "--new-epoch"
+    )
+    assert cut.returncode == KILLED, cut.stderr[-3000:]
+    rows = sorted((r["status"], r["epoch"], r["batch_id"]) for r in delta_rows(tmp_path / "ledger"))
+    assert rows == [("committed", 0, 0), ("epoch", 0, 0)]
+    assert DeltaTable(str(tmp_path / "bronze")).version() == version  # no fence
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(3)}
+
+    code, out, _ = _run(fanout_cli, str(config), "--new-epoch")
+    assert code == 0, out
+    assert id_counts(delta_rows(tmp_path / "bronze")) == {i: 1 for i in range(6)}
+    rows = sorted((r["status"], r["epoch"], r["batch_id"]) for r in delta_rows(tmp_path / "ledger"))
+    assert rows == [("committed", 0, 0), ("committed", 1, 0), ("epoch", 0, 0), ("epoch", 1, 0)]

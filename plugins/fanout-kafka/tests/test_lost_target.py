@@ -254,3 +254,84 @@ def test_an_id_an_older_fanout_recorded_still_refuses_a_topic_created_again(
     _create_again(kafka, recreated)
     with pytest.raises(TargetLostError, match=f"topic '{recreated}' no longer holds batch 0"):
         _run(_fan(tmp_path / other, kafka, recreated, other), spark, other, 1)
+
+
+def _ledger_rows(tmp_path: Path) -> list[tuple[str, int, str, int]]:
+    """The ledger's rows: (status, epoch, sink, batch id)."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(tmp_path / "ledger")).to_pyarrow_table().to_pylist()
+    return sorted((r["status"], r["epoch"], r["sink"], r["batch_id"]) for r in rows)
+
+
+def test_a_reset_refused_for_a_deleted_topic_fences_nothing_and_the_old_query_resumes(
+    spark: Any, kafka: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint reset (``new_epoch``) while the sink's topic is deleted is refused
+    before the new epoch's claim and fences: no ``epoch`` row of epoch 1, no fence of
+    epoch 0's scope (its marker as it was), no topic created. The topic restored from its
+    mirror, the OLD query resumes epoch 0 (not refused as superseded) and each key is in
+    the topic once; the reset run again then starts epoch 1, fencing once."""
+    from fanout_kafka import KafkaSink
+    from kafkatools import marker
+
+    pipeline, topic = f"rstk{uuid.uuid4().hex[:6]}", f"rst-{uuid.uuid4().hex[:8]}"
+    fenced: list[int] = []
+    real_fence = KafkaSink.fence_earlier_epochs
+
+    def fence(self: KafkaSink, pipeline: str, epoch: int) -> None:
+        fenced.append(epoch)
+        real_fence(self, pipeline, epoch)
+
+    monkeypatch.setattr(KafkaSink, "fence_earlier_epochs", fence)
+
+    def run(batch_id: int, query_id: str, first_id: int, **options: Any) -> None:
+        rows = [(first_id + n,) for n in range(3)]
+        info = BatchInfo(pipeline, batch_id, query_id, [{"src": {"0": first_id + 3}}],
+                         batch_timestamp_ms=1000 + first_id)  # fmt: skip
+        fan = _fan(tmp_path, kafka, topic, pipeline, **options)
+        try:
+            fan.process(spark.createDataFrame(rows, "id BIGINT"), info)
+        finally:
+            fan.close()
+
+    run(0, "old", 0)
+    run(1, "old", 10)
+    records = read_topic(kafka.bootstrap, topic, 6, timeout=15)
+    markers = [marker(kafka.bootstrap, pipeline, "k", p, "__fanout_markers") for p in (0, 1)]
+    before = _ledger_rows(tmp_path)
+    assert before == [("committed", 0, "k", 0), ("committed", 0, "k", 1), ("epoch", 0, "*", 0)]
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        admin.delete_topics([topic])[topic].result(10)
+
+    with pytest.raises(TargetLostError) as refused:
+        run(0, "new", 100, on_checkpoint_reset="new_epoch")
+    message = str(refused.value)
+    assert message.startswith(
+        f"sink 'k', batch 1: pipeline {pipeline!r}: topic {topic!r} no longer holds batch 1 "
+        "of epoch 0"
+    ), message
+    assert "epoch 1 was not started and no sink was fenced or written" in message, message
+    accept = "(FanOut(on_checkpoint_reset='new_epoch', accept_lost_targets=['k']))"
+    assert accept in message, message
+    assert _ledger_rows(tmp_path) == before  # no epoch row of epoch 1, no lost mark
+    assert fenced == []  # before: [1], epoch 0's scope fenced by the refused reset
+    assert [marker(kafka.bootstrap, pipeline, "k", p, "__fanout_markers") for p in (0, 1)] == (
+        markers
+    )
+    assert not _exists(kafka, topic)
+
+    create_topic(kafka.bootstrap, topic, 2)  # the operator restores it from its mirror
+    _produce(kafka, topic, records)
+    run(2, "old", 20)  # the old checkpoint resumes epoch 0 (before: refused as superseded)
+    assert _keys(kafka, topic, 9) == ["0", "1", "10", "11", "12", "2", "20", "21", "22"]
+    assert fenced == []
+    run(0, "new", 100, on_checkpoint_reset="new_epoch")  # the reset again: it starts now
+    assert fenced == [1]
+    assert _keys(kafka, topic, 12) == sorted(
+        str(i) for i in [0, 1, 2, 10, 11, 12, 20, 21, 22, 100, 101, 102]
+    )
+    assert _ledger_rows(tmp_path) == sorted(
+        [*[("committed", 0, "k", b) for b in range(3)], ("committed", 1, "k", 0),
+         ("epoch", 0, "*", 0), ("epoch", 1, "*", 0)]
+    )  # fmt: skip

@@ -76,6 +76,14 @@ def _killed_after_pg_wrote(old: FanOut, spark: Any) -> FanOut:
     return old
 
 
+def _ledger_rows(tmp_path: Path) -> list[tuple[str, int, str, int]]:
+    """Every ledger row: (status, epoch, sink, batch id)."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(tmp_path / "ledger")).to_pyarrow_table().to_pylist()
+    return sorted((r["status"], r["epoch"], r["sink"], r["batch_id"]) for r in rows)
+
+
 def _ids(url: str) -> list[int]:
     return [row[0] for row in query(url, "SELECT id FROM unmarked_orders ORDER BY 1")]
 
@@ -189,10 +197,18 @@ def test_a_table_re_created_empty_after_its_unmarked_batch_lets_the_new_epoch_st
         "table unmarked_orders has OID"
     )
 
+    from fanout_postgres.statements import EPOCH_FENCE
+
+    ledger_before = _ledger_rows(tmp_path)
     lost = "sink 'pg', batch 0: pipeline 'unmarkedpg': table 'unmarked_orders' no longer holds"
-    with pytest.raises(TargetLostError, match=lost):
+    with pytest.raises(TargetLostError, match=lost) as refused:
         _run(_fan(tmp_path, pg_url, on_reset="new_epoch"), spark, "query-new", 0, 10)
+    assert "epoch 1 was not started and no sink was fenced or written" in str(refused.value)
     assert _ids(pg_url) == []
+    # refused before the claim and the fences (before: epoch 1's row, pg's fence of epoch 0)
+    assert _ledger_rows(tmp_path) == ledger_before
+    assert ("epoch", 1) not in {(status, epoch) for status, epoch, _, _ in ledger_before}
+    assert query(pg_url, FENCE_ROWS, (EPOCH_FENCE,)) == []
     accepted = _fan(tmp_path, pg_url, on_reset="new_epoch", accept=["pg"])
     _run(accepted, spark, "query-new", 0, 10)
     assert _ids(pg_url) == list(range(10, 20))
