@@ -149,7 +149,7 @@ def refuse_lost_targets(
             continue
         if gone is not None:
             error: TargetLostError = _records_gone(
-                pipeline, epoch, sink, batch, gone, pipeline_file, name in lags
+                pipeline, epoch, sink, batch, gone, pipeline_file, name in lags, reset_to
             )
             if name in accepted:
                 log.warning(
@@ -230,19 +230,34 @@ def _records_gone(
     gone: str,
     file: str | None,
     lags: bool,
+    reset_to: int | None = None,
 ) -> SinkRecordsGoneError:
     """The refusal of a sink whose own records of ``batch`` (its last marked batch that
     wrote rows) are gone while its target holds rows (``gone``: the sink's words), or,
-    ``lags``, the error it lags with."""
-    accept = f"`fanout run {file or 'PIPELINE.toml'} --accept-lost-target {shell_word(sink.name)}`"
+    ``lags``, the error it lags with. ``reset_to``: the epoch a checkpoint reset asked
+    this before starting (:func:`refuse_lost_targets`): it starts nothing, and each way on
+    is the reset run again."""
+    flags = "" if reset_to is None or lags else " --new-epoch"
+    run = f"fanout run {file or 'PIPELINE.toml'}{flags}"
+    again = "start again" if not flags else f"run the reset again: `{run}`"
+    accept = f"`{run} --accept-lost-target {shell_word(sink.name)}`"
+    scope = "with the reset" if flags else "for this run"
     if file is None:  # not run from a pipeline file: a FanOut of the caller's own
-        accept += f" (FanOut(accept_lost_targets=[{sink.name!r}]))"
-    now = (
-        "Nothing is written to it by this run: with on_failure='lag' it lags, its batches "
-        "wait in the spool (up to its max_lag), and the other sinks go on."
-        if lags
-        else "Nothing was written by this run."
-    )
+        reset = "on_checkpoint_reset='new_epoch', " if flags else ""
+        accept += f" (FanOut({reset}accept_lost_targets=[{sink.name!r}]))"
+    if lags:
+        now = (
+            "Nothing is written to it by this run: with on_failure='lag' it lags, its batches "
+            "wait in the spool (up to its max_lag), and the other sinks go on."
+        )
+    elif flags:
+        now = (
+            f"The checkpoint reset is refused before it started: epoch {reset_to} was not "
+            "started and no sink was fenced or written (the replaced checkpoint, if you still "
+            "have it, stays the pipeline's)."
+        )
+    else:
+        now = "Nothing was written by this run."
     text = (
         f"pipeline {pipeline!r}, sink {sink.name!r}: its own records of batch {batch} of epoch "
         f"{epoch}, which the ledger marks written to {target_text(sink)} (its last marked "
@@ -252,8 +267,8 @@ def _records_gone(
         f"batch {batch} and never marked (the driver killed between the write and the mark) "
         f"would be written a second time. {now}\n"
         "Ways on: restore the sink's records (from the backup or dump that held them, or set "
-        "back the option that moved them), then start again: each batch is written once. Or, "
-        f"when they cannot be restored, accept it explicitly for this run: {accept}, which "
+        f"back the option that moved them), then {again}: each batch is written once. Or, "
+        f"when they cannot be restored, accept it explicitly {scope}: {accept}, which "
         "writes on from the next batch into the target as it is, keeping new records from "
         f"there: first check that the target holds no row of batch {batch + 1} (written "
         "unmarked before the records went, it would then hold them twice)."

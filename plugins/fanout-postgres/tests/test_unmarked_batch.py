@@ -231,13 +231,22 @@ def test_a_reset_after_the_records_went_is_refused_before_the_new_epoch_writes(
     new = _fan(tmp_path, pg_url, on_reset="new_epoch")
     with pytest.raises(SinkRecordsGoneError) as refused:
         _run(new, spark, "query-new", 0, 10)
+    # asked by the reset's lost-target check, before the claim (the question about the
+    # batch after the mark, refuse_records_gone, would refuse it the same way after it)
     assert str(refused.value).startswith(
-        "sink 'pg', batch 1: pipeline 'unmarkedpg': query query-new cannot start epoch 1: "
-        "the records sink 'pg' keeps of batch 0 of epoch 0, which the ledger marks written to "
-        "table 'unmarked_orders', are gone, and the target still holds rows: "
+        "sink 'pg', batch 0: pipeline 'unmarkedpg', sink 'pg': its own records of batch 0 of "
+        "epoch 0, which the ledger marks written to table 'unmarked_orders' (its last marked "
+        "batch that wrote rows), are gone, and the target still holds rows: "
         "fanout.progress holds no progress mark of batch 0 of sink 'pg'"
     )
-    assert "Nothing was written under epoch 1.\nWays on: restore" in str(refused.value)
+    assert (
+        "The checkpoint reset is refused before it started: epoch 1 was not started and no "
+        "sink was fenced or written" in str(refused.value)
+    )
+    assert "then run the reset again: `fanout run PIPELINE.toml --new-epoch`" in str(refused.value)
+    assert "--new-epoch --accept-lost-target pg` (FanOut(on_checkpoint_reset=" in str(refused.value)
+    assert _ledger_rows(tmp_path) == [("committed", 0, "pg", 0), ("committed", 0, "silver", 0),
+                                      ("epoch", 0, "*", 0)]  # fmt: skip
     assert _ids(pg_url) == list(range(20))
 
     execute(pg_url, "INSERT INTO fanout.progress SELECT * FROM saved")
