@@ -113,16 +113,66 @@ class ScopeFence:
         return count + len(beyond)
 
     def close(self, partitions: int) -> None:
-        """Fence every partition's id and mark its marker (the module docstring).
+        """Fence every partition's id and mark its marker (the module docstring), under
+        the prefix the scope was written with (:meth:`of_writers`).
 
         :raises fanout.TransientSinkError: when a partition cannot be fenced."""
-        self._each(self.partitions(partitions), fence=True)
+        fence = self.of_writers()
+        fence._each(fence.partitions(partitions), fence=True)
 
     def open(self, partitions: int) -> None:
         """Undo :meth:`close`: every fenced marker committed back to its real offset.
 
         :raises fanout.TransientSinkError: when a partition cannot be opened."""
-        self._each(self.partitions(partitions), fence=False)
+        fence = self.of_writers()
+        fence._each(fence.partitions(partitions), fence=False)
+
+    def of_writers(self) -> ScopeFence:
+        """This fence under the ``transactional_id_prefix`` recorded in its scope
+        (:mod:`fanout_kafka.former_ids`: the ids the scope's tasks hold) when one is and
+        differs from :attr:`prefix` (changed together with the checkpoint reset): the ids
+        of the prefix now configured fence no task of the replaced epoch, nor end the
+        transaction its killed run left open. No record (none written, gone, or a sink of
+        an older fanout): :attr:`prefix`, as before. One offset read and one record read.
+
+        :raises fanout.TransientSinkError: when the record cannot be read.
+        """
+        from dataclasses import replace
+
+        from confluent_kafka import KafkaException
+
+        from fanout.observe.secrets import redact
+        from fanout_kafka.former_ids import prefix_in_scope
+        from fanout_kafka.options import secret_values
+        from fanout_kafka.renamed import read_error_is_unauthorized
+
+        try:
+            written = prefix_in_scope(self.producer, self.bootstrap_servers, self.marker_topic,
+                                      self.scope, self.sink, self.timeout_s)  # fmt: skip
+        except (KafkaException, TimeoutError) as exc:
+            said = redact(str(exc), secret_values(self.producer))
+            error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+            if error is not None and hasattr(error, "code") and read_error_is_unauthorized(error):
+                log.warning(
+                    "sink %s: cannot read the transactional_id_prefix recorded in scope %r on "
+                    "marker topic %r (%s): the scope is closed under the ids of %r; a prefix "
+                    "changed together with the checkpoint reset is not fenced. Grant the "
+                    "sink's principal READ on that topic",
+                    self.sink, self.scope, self.marker_topic, said, self.prefix,
+                )  # fmt: skip
+                return self
+            raise TransientSinkError(
+                f"cannot read the transactional_id_prefix recorded in scope {self.scope!r} "
+                f"on marker topic {self.marker_topic!r} (epoch {self.epoch}'s start): {said}",
+                sink=self.sink,
+            ) from exc  # fmt: skip
+        if written is None or written == self.prefix:
+            return self
+        log.info(
+            "sink %s: scope %r was written under transactional_id_prefix %r (now %r): closed "
+            "under its ids", self.sink, self.scope, written, self.prefix,
+        )  # fmt: skip
+        return replace(self, prefix=written)
 
     def _each(self, count: int, *, fence: bool) -> None:
         from confluent_kafka import KafkaException

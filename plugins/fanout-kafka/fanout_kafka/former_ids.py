@@ -21,12 +21,29 @@ request); when it points at a record of another prefix, that prefix's ids are in
 and one offset commit); when it names this prefix, nothing more. A record gone (the marker
 topic's retention) or never written (a sink of an older fanout) is written anew: a former
 prefix it held cannot be fenced, as before.
+
+The record is per scope, and a checkpoint reset starts a new one (``<pipeline>@e<n>``)
+with none: a prefix changed together with the reset was never fenced, so the killed run's
+open transaction under the former ids held back, on Tansu, the replaced epoch's markers
+(the new epoch's start read its committed partition as not written, and wrote it again)
+and the new epoch's own markers (its transactions share the topic's partitions), and on
+Kafka a task of the replaced run still alive could commit beside the new epoch
+(``tests/test_epoch_prefix_changed.py``). So the record of the replaced epoch counts too:
+
+- the new epoch's start fences the replaced scope with the ids of the prefix recorded
+  *there* (:class:`fanout_kafka.fence.ScopeFence`: one offset read and one record read,
+  at the start only), not with the prefix now configured, whose ids no task of that
+  scope holds;
+- the first batch of an ``open()`` in a scope with no record yet, at epoch ``n > 0``,
+  reads the record of scope ``n-1`` too and fences that prefix's ids when it differs
+  (one more offset read, once per epoch: the record is written then).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fanout_kafka.settings import WriterSettings
@@ -39,8 +56,26 @@ def ids_group(scope: str, sink: str) -> str:
 
 
 def recorded_prefix(settings: WriterSettings, timeout_s: float) -> str | None:
-    """The prefix recorded for the sink in its scope, ``None`` when none is (never
-    recorded, or the record is gone).
+    """The prefix recorded for the sink in its scope (``settings.scope``), ``None`` when
+    none is (never recorded, or the record is gone).
+
+    :raises confluent_kafka.KafkaException: when the offset or the record cannot be read.
+    """
+    return prefix_in_scope(settings.producer, settings.bootstrap_servers,
+                           settings.marker_topic, settings.scope, settings.sink,
+                           timeout_s)  # fmt: skip
+
+
+def prefix_in_scope(
+    producer: Mapping[str, Any],
+    bootstrap_servers: str,
+    marker_topic: str,
+    scope: str,
+    sink: str,
+    timeout_s: float,
+) -> str | None:
+    """The prefix recorded for sink ``sink`` in ``scope`` (any epoch's: the fence of a
+    replaced epoch reads that epoch's, :mod:`fanout_kafka.fence`), ``None`` when none is.
 
     :raises confluent_kafka.KafkaException: when the offset or the record cannot be read.
     """
@@ -48,20 +83,27 @@ def recorded_prefix(settings: WriterSettings, timeout_s: float) -> str | None:
 
     from fanout_kafka.driver_admins import admin_config
     from fanout_kafka.membership import read_offsets
+    from fanout_kafka.options import connection_settings
+    from fanout_kafka.settings import LIVELY_CONNECTIONS
 
-    group = ids_group(settings.scope, settings.sink)
-    config = admin_config(settings.producer, settings.bootstrap_servers)
-    (position,) = read_offsets(config, settings.marker_topic, [group], timeout_s)
+    group = ids_group(scope, sink)
+    config = admin_config(producer, bootstrap_servers)
+    (position,) = read_offsets(config, marker_topic, [group], timeout_s)
     if position < 0:
         return None
     consumer = Consumer({
-        **settings.consumer_config(0),
+        **LIVELY_CONNECTIONS,
+        **connection_settings(producer),
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group,  # assigned, never joined nor committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
         "isolation.level": "read_uncommitted",  # written outside any transaction
         "auto.offset.reset": "error",
     })  # fmt: skip
     deadline = time.monotonic() + timeout_s
     try:
-        consumer.assign([TopicPartition(settings.marker_topic, 0, position)])
+        consumer.assign([TopicPartition(marker_topic, 0, position)])
         while True:
             message = consumer.poll(0.2)
             if message is None:
@@ -69,7 +111,7 @@ def recorded_prefix(settings: WriterSettings, timeout_s: float) -> str | None:
                     raise KafkaException(KafkaError(
                         KafkaError._TIMED_OUT,
                         f"the record of group {group!r} at offset {position} of "
-                        f"{settings.marker_topic!r} was not read within {timeout_s:g} s",
+                        f"{marker_topic!r} was not read within {timeout_s:g} s",
                     ))  # fmt: skip
                 continue
             error = message.error()
@@ -119,4 +161,4 @@ def record_prefix(settings: WriterSettings, timeout_s: float) -> None:
     commit_offset(ADMINS.client(config), settings.marker_topic, group, int(offset), timeout_s)
 
 
-__all__ = ["ids_group", "record_prefix", "recorded_prefix"]
+__all__ = ["ids_group", "prefix_in_scope", "record_prefix", "recorded_prefix"]

@@ -692,17 +692,24 @@ class KafkaSink(PartitionedSink):
         """Fence the ids of the prefix the sink last recorded in its scope when it is not
         the one it uses now (``transactional_id_prefix`` changed since), and record this
         one (:mod:`fanout_kafka.former_ids`): one offset read, one record read when one
-        was recorded, one record and one commit when it changed; once per ``open()``.
+        was recorded, one record and one commit when it changed; once per ``open()``. In
+        a new epoch's scope with no record yet, the replaced epoch's record is read too
+        (a prefix changed together with the checkpoint reset).
 
         :raises fanout.TransientSinkError: when the record cannot be read or written.
         """
         from confluent_kafka import KafkaException
 
+        from fanout.contract.batch import pipeline_scope
         from fanout_kafka.former_ids import record_prefix, recorded_prefix
         from fanout_kafka.renamed import read_error_is_unauthorized
 
         try:
-            former = recorded_prefix(settings, self.open_timeout_s)
+            here = former = recorded_prefix(settings, self.open_timeout_s)
+            epoch = settings.info.epoch if settings.info is not None else 0
+            if here is None and epoch > 0:  # a new epoch's first: the replaced one's record
+                before = pipeline_scope(settings.pipeline, epoch - 1)
+                former = recorded_prefix(replace(settings, scope=before), self.open_timeout_s)
             if former is not None and former != settings.transactional_id_prefix:
                 log.info(
                     "sink %r: transactional_id_prefix was %r in the last run (now %r): its "
@@ -710,7 +717,7 @@ class KafkaSink(PartitionedSink):
                     settings.transactional_id_prefix,
                 )  # fmt: skip
                 fence_legacy_transactions(settings, former, span, batch_id)
-            if former != settings.transactional_id_prefix:
+            if here != settings.transactional_id_prefix:
                 record_prefix(settings, self.open_timeout_s)
         except (KafkaException, TimeoutError) as exc:
             error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None

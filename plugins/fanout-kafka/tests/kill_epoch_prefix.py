@@ -1,0 +1,54 @@
+"""A run killed with SIGKILL in the middle of batch 0 of epoch 0, for the checkpoint-reset
+tests: ``python kill_epoch_prefix.py <bootstrap> <topic> <pipeline> <prefix>``. Sink
+``events`` (2 partitions, ``transactional_id_prefix`` ``<prefix>``) reads its markers
+(recording its prefix), commits partition 0 (:data:`KEPT_ROWS`), then partition 1's task
+produces its rows and is killed before its transaction commits: left open."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import replace
+
+import pyarrow as pa
+from fanout_kafka import KafkaSink
+from fanout_kafka.transaction import PartitionWriter
+
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import SinkContext
+from fanout.partitioned.membership import PartitionPlan
+
+PLAN = PartitionPlan(2, (("id", "string"),))
+KEPT_ROWS = [{"id": f"k{i}", "v": "kept"} for i in range(5)]
+KILLED_ROWS = [{"id": f"x{i}", "v": "killed"} for i in range(3)]
+
+
+class KillBeforeCommit:
+    """Commit hooks: SIGKILL once the records are produced, before the commit."""
+
+    def before(self, partition: int, rows: int, written: int) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def after(self, partition: int, rows: int, written: int) -> None:
+        pass
+
+
+def main() -> None:
+    bootstrap, topic, pipeline, prefix = sys.argv[1:5]
+    sink = KafkaSink("events", bootstrap_servers=bootstrap, topic=topic, key="id", value="v",
+                     partitions=2, transactional_id_prefix=prefix)  # fmt: skip
+    sink.open(SinkContext(pipeline))
+    batch = Batch(None, BatchInfo(pipeline, 0), "events", txn_app_id(pipeline, "events"))
+    sink.committed_partitions(batch, PLAN)
+    settings = replace(sink.settings(batch), plan=PLAN)
+    kept = PartitionWriter(settings, 0, 0).run([pa.RecordBatch.from_pylist(KEPT_ROWS)])
+    assert kept.status == "committed", kept
+    PartitionWriter(settings, 1, 0, KillBeforeCommit()).run(  # type: ignore[arg-type]
+        [pa.RecordBatch.from_pylist(KILLED_ROWS)]
+    )
+    sys.exit(3)  # not killed: the commit was never reached
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""A checkpoint reset together with a changed ``transactional_id_prefix``, after a run
+killed in the middle of a batch (a real subprocess, SIGKILL with one partition's
+transaction open and the other committed: ``kill_epoch_prefix.py``).
+
+The prefix is recorded per scope (:mod:`fanout_kafka.former_ids`), and the new epoch's
+scope had none, so nothing fenced the former ids: the new epoch's start closed the replaced
+scope under the *new* ids (:class:`fanout_kafka.fence.ScopeFence`), which no task of it
+holds. On Tansu the killed run's open transaction then held back the committed
+partition's marker, so the start was told the replaced batch was not written at all (the
+new epoch reads it again: partition 0's records twice), and held back the new epoch's own
+markers too (its transactions share the topic's partition), so each of its replays wrote
+again; on Kafka a task of the replaced run still alive could commit beside the new epoch.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from fanout_kafka import KafkaSink
+from fanout_kafka.former_ids import recorded_prefix
+from fanout_kafka.transaction import PartitionWriter
+from kafka_log import committed_records
+from kafkatools import Broker, create_topic, marker
+
+from fanout.contract.batch import Batch, BatchInfo, txn_app_id
+from fanout.contract.sink import PartlyHeld, SinkContext
+from fanout.partitioned.membership import PartitionPlan
+
+KILL = Path(__file__).with_name("kill_epoch_prefix.py")
+PLAN = PartitionPlan(2, (("id", "string"),))
+KEPT = [(f"k{i}", "kept") for i in range(5)]  # partition 0 of the killed run, committed
+
+
+def _killed_run(kafka: Broker, topic: str, pipeline: str, prefix: str) -> None:
+    killed = subprocess.run(
+        [sys.executable, str(KILL), kafka.bootstrap, topic, pipeline, prefix],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+
+
+def _new_epoch_sink(kafka: Broker, topic: str, pipeline: str, prefix: str) -> KafkaSink:
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
+                     value="v", partitions=2, transactional_id_prefix=prefix)  # fmt: skip
+    sink.open(SinkContext(pipeline))
+    return sink
+
+
+def _batch(pipeline: str, epoch: int) -> Batch:
+    info = BatchInfo(pipeline, 0, epoch=epoch)
+    return Batch(None, info, "events", txn_app_id(pipeline, "events", epoch))
+
+
+def _write(sink: KafkaSink, pipeline: str, partition: int, rows: list[dict[str, str]]) -> Any:
+    """Partition ``partition`` of batch 0 of epoch 1, as the new epoch's task writes it."""
+    settings = replace(sink.settings(_batch(pipeline, 1)), plan=PLAN)
+    return PartitionWriter(settings, partition, 0).run([pa.RecordBatch.from_pylist(rows)])
+
+
+def _committed(kafka: Broker, topic: str) -> list[tuple[str, str]]:
+    found = committed_records(kafka.bootstrap, topic, 1)
+    return sorted(((r.key or b"").decode(), (r.value or b"").decode()) for r in found)
+
+
+def test_the_new_epochs_start_closes_the_replaced_scope_under_its_own_prefix(
+    kafka: Broker,
+) -> None:
+    """The start fences the ids of the prefix the replaced scope recorded: the killed
+    run's transaction is aborted, so the start sees partition 0 committed (PartlyHeld)
+    and the new epoch writes partition 1 only, each record once, its marker applied."""
+    topic, pipeline = f"ep-{uuid.uuid4().hex[:8]}", f"ep{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)  # both partitions' records share its partition
+    _killed_run(kafka, topic, pipeline, f"{pipeline}-old")
+    sink = _new_epoch_sink(kafka, topic, pipeline, f"{pipeline}-new")
+
+    sink.fence_earlier_epochs(pipeline, 1)  # the new epoch's start, then its question
+    assert sink.holds_batch(pipeline, 0, 0) == PartlyHeld(1, 2)
+    assert sink.committed_partitions(_batch(pipeline, 1), PLAN) == []
+    again = [{"id": f"x{i}", "v": "again"} for i in range(3)]  # partition 1's rows, read again
+    assert _write(sink, pipeline, 1, again).status == "committed"
+
+    assert marker(kafka.bootstrap, f"{pipeline}@e1", "events", 1, "__fanout_markers") == 1
+    assert _committed(kafka, topic) == sorted([*KEPT, *((f"x{i}", "again") for i in range(3))])
+
+
+def test_the_new_epochs_first_batch_fences_the_replaced_epochs_prefix(kafka: Broker) -> None:
+    """Without the start's fence (a sink opened for the new epoch's first batch only): its
+    scope has no record yet, so the replaced scope's is read, and that prefix's ids are
+    fenced before the markers are read; the new epoch's markers are applied, not held back
+    by the killed run's open transaction."""
+    topic, pipeline = f"ep-{uuid.uuid4().hex[:8]}", f"ep{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    _killed_run(kafka, topic, pipeline, f"{pipeline}-old")
+    sink = _new_epoch_sink(kafka, topic, pipeline, f"{pipeline}-new")
+
+    assert sink.committed_partitions(_batch(pipeline, 1), PLAN) == []
+    assert recorded_prefix(sink.settings(_batch(pipeline, 1)), 10) == f"{pipeline}-new"
+    rows = [{"id": f"n{i}", "v": "new"} for i in range(4)]
+    done = [_write(sink, pipeline, p, rows[p::2]) for p in (0, 1)]
+    assert [d.status for d in done] == ["committed", "committed"]
+
+    again = _new_epoch_sink(kafka, topic, pipeline, f"{pipeline}-new")  # a replay's driver
+    assert [c.partition for c in again.committed_partitions(_batch(pipeline, 1), PLAN)] == [0, 1]
+    assert [marker(kafka.bootstrap, f"{pipeline}@e1", "events", p, "__fanout_markers")
+            for p in (0, 1)] == [1, 1]  # fmt: skip
+    assert _committed(kafka, topic) == sorted([*KEPT, *((f"n{i}", "new") for i in range(4))])
