@@ -43,6 +43,10 @@ clear the bit: :func:`real_offset`).
 Epochs before ``e-1`` were closed the same way by the start of ``e-1``; the transactional
 ids being shared, step 1 fences their stragglers' producers again anyway.
 
+``<prefix>`` is the ``transactional_id_prefix`` recorded in scope ``e-1``
+(:meth:`ScopeFence.of_writers`, :mod:`fanout_kafka.former_ids`), the one its tasks hold,
+when it differs from the prefix now configured: a prefix changed together with the reset.
+
 :func:`lift_fence` (the start of ``e`` refused) commits the real offsets back the same way
 (a marker that had none becomes ``0``, which the readers take for none: a task commits
 ``batch + 1``, never ``0``).

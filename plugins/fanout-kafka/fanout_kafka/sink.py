@@ -311,6 +311,8 @@ class KafkaSink(PartitionedSink):
             elif cluster.check_topic(topic, option, topic_spec) is not None:
                 self._to_create.append((topic, option))
         self._check_transaction_timeout(cluster)
+        if context.checking:  # fanout validate: what a run would fail on only mid-stream
+            self._check_readiness(cluster, [(topic, option) for topic, option, _, _ in topics])
         self._warn_marker_retention(cluster)
         broker_limit = _topic_limit(cluster, self.topic, spec)
         if self.max_record_bytes is None:
@@ -324,6 +326,22 @@ class KafkaSink(PartitionedSink):
             "%r, records up to %d bytes",
             self.name, self.topic, self.bootstrap_servers, self.partitions,
             self.transactional_id_prefix, self.marker_topic, self.max_record_bytes,
+        )  # fmt: skip
+
+    def _check_readiness(self, cluster: Any, topics: list[tuple[str, str]]) -> None:
+        """``fanout validate``'s checks beyond a run's ``open()``
+        (:mod:`fanout_kafka.readiness`): the topics' partitions have leaders, the
+        principal's rights on them where the broker says, and a transactional producer of
+        the sink's prefix initialises."""
+        from fanout_kafka.readiness import check_partitions, check_topic_rights, check_transactions
+
+        for topic, option in topics:
+            check_partitions(cluster, topic, option)
+        check_topic_rights(cluster, self.producer, topics)
+        check_transactions(
+            self.name, str(self.bootstrap_servers), self.producer,
+            str(self.transactional_id_prefix), self.transaction_timeout_ms,
+            self.open_timeout_s, self._end_turns,
         )  # fmt: skip
 
     def _cap_batch_size(self, cluster: Any, topic_limit: int) -> None:

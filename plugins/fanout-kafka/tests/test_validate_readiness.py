@@ -1,0 +1,116 @@
+"""``fanout validate`` of a Kafka sink checks what a run would otherwise fail on only at
+its first batch, or mid-stream (:mod:`fanout_kafka.readiness`), against the real broker:
+the brokers reachable, the topic there (or creatable), the transactional producer
+initialising, without disturbing a pipeline running on the same ids. (Tansu has no ACLs:
+the rights refusals are covered in ``test_readiness_refusals.py``.)"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from fanout_kafka import KafkaSink
+from fanout_kafka.embedded import free_port
+from kafka_log import committed_values
+from kafkatools import Broker
+
+from fanout.contract.sink import SinkContext
+from tests.in_process_cli import Cli
+from tests.integration.checklist import validate
+
+SINK = """[[sinks]]
+type = "kafka"
+name = "events"
+bootstrap_servers = "{bootstrap}"
+topic = "{topic}"
+key = "id"
+marker_topic = "{topic}-markers"
+open_timeout_s = 2
+"""
+
+
+def test_validate_names_a_port_no_broker_listens_on(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    bootstrap = f"127.0.0.1:{free_port()}"
+    validated = validate(tmp_path, "id LONG", SINK.format(bootstrap=bootstrap, topic="t"),
+                         fanout_cli)  # fmt: skip
+    assert validated.code == 1  # a target out of reach, as `fanout run` exits for it
+    opened = [line for line in validated.lines if "sink events: opens its target" in line]
+    assert len(opened) == 1
+    assert opened[0].startswith(
+        f"  FAIL  sink events: opens its target: sink 'events': cannot reach the Kafka "
+        f"brokers at {bootstrap!r} within 2 s (Connect to ipv4#{bootstrap} failed: "
+        "Connection refused"
+    )
+    assert opened[0].endswith(
+        "; check 'bootstrap_servers', the network, and the security settings in 'producer' "
+        "(security.protocol, sasl.*, ssl.*), and that the brokers run"
+    )
+
+
+def test_validate_names_a_missing_topic_it_may_not_create(
+    spark: Any, kafka: Broker, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    topic = f"missing-{uuid.uuid4().hex[:8]}"
+    validated = validate(tmp_path, "id LONG", SINK.format(bootstrap=kafka.bootstrap, topic=topic),
+                         fanout_cli)  # fmt: skip
+    assert validated.code == 2
+    assert validated.lines[3:] == [
+        f"  FAIL  sink events: opens its target: Kafka sink 'events': topic {topic!r} (option "
+        f"'topic') does not exist on {kafka.bootstrap!r}; create it (kafka-topics.sh --create "
+        "...) or set the option create_topic: true, or {partitions: N, replication_factor: R}",
+    ]
+
+
+def test_validate_initialises_a_transactional_producer_of_its_own_id(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """The check passes on the broker, and a run's producer of the same prefix, in the
+    middle of its transaction, is not fenced by it: validate's id is ``<prefix>#validate``."""
+    pipeline = f"rd{uuid.uuid4().hex[:6]}"
+    running = Producer({"bootstrap.servers": kafka.bootstrap,
+                        "transactional.id": f"fanout/{pipeline}/events-0"})  # fmt: skip
+    running.init_transactions(30)
+    running.begin_transaction()
+    running.produce(topic, b"running", b"k")
+    assert running.flush(30) == 0
+
+    validated = validate(tmp_path, "id LONG", SINK.format(bootstrap=kafka.bootstrap, topic=topic),
+                         fanout_cli, name=pipeline)  # fmt: skip
+    assert validated.lines[3:] == [
+        "  OK    sink events: opens its target",
+        f"  INFO  sink events: would create topic '{topic}-markers' (option 'marker_topic') "
+        "with 1 partition(s)",
+        "  OK    sink events: target takes the routed schema",
+    ]
+    assert validated.code == 0, validated.err
+    running.commit_transaction(30)  # not fenced
+    assert committed_values(kafka.bootstrap, topic) == [b"running"]
+
+
+def test_open_checking_initialises_the_validate_id_only(kafka: Broker, topic: str) -> None:
+    """The sink opened as ``fanout validate`` opens it: the transactional id it initialises
+    is ``<prefix>#validate`` (a producer of it initialised before is fenced), no other."""
+    from confluent_kafka import KafkaException
+
+    prefix = f"rd-{uuid.uuid4().hex[:6]}"
+    earlier = Producer({"bootstrap.servers": kafka.bootstrap,
+                        "transactional.id": f"{prefix}#validate"})  # fmt: skip
+    earlier.init_transactions(30)
+    earlier.begin_transaction()
+    earlier.produce(topic, b"earlier", b"k")
+    assert earlier.flush(30) == 0
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
+                     transactional_id_prefix=prefix, marker_topic=f"{topic}-markers",
+                     create_topic=True)  # fmt: skip
+    sink.open(SinkContext("p", checking=True))
+    sink.close()
+    try:
+        earlier.commit_transaction(10)
+    except KafkaException as exc:
+        assert exc.args[0].code() in (47, 90), exc  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
+    else:
+        raise AssertionError("the earlier producer of <prefix>#validate was not fenced")
