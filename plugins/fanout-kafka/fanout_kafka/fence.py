@@ -146,17 +146,15 @@ class ScopeFence:
         from confluent_kafka import KafkaException
 
         from fanout.observe.secrets import redact
-        from fanout_kafka.former_ids import prefix_in_scope
+        from fanout_kafka.former_ids import prefix_in_scope, rights_refused
         from fanout_kafka.options import secret_values
-        from fanout_kafka.renamed import read_error_is_unauthorized
 
         try:
             written = prefix_in_scope(self.producer, self.bootstrap_servers, self.marker_topic,
                                       self.scope, self.sink, self.timeout_s)  # fmt: skip
         except (KafkaException, TimeoutError) as exc:
             said = redact(str(exc), secret_values(self.producer))
-            error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-            if error is not None and hasattr(error, "code") and read_error_is_unauthorized(error):
+            if rights_refused(exc):
                 log.warning(
                     "sink %s: cannot read the transactional_id_prefix recorded in scope %r on "
                     "marker topic %r (%s): the scope is closed under the ids of %r; a prefix "

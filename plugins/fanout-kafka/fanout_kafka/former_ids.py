@@ -130,6 +130,18 @@ def prefix_in_scope(
         consumer.close()
 
 
+def rights_refused(exc: BaseException) -> bool:
+    """Whether ``exc``, from reading or recording the prefix, is the broker refusing the
+    sink's principal the rights (a record on the marker topic: needed nowhere else without
+    Delta dead letters), which is warned, not refused."""
+    from confluent_kafka import KafkaException
+
+    from fanout_kafka.renamed import read_error_is_unauthorized
+
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return error is not None and hasattr(error, "code") and read_error_is_unauthorized(error)
+
+
 def record_prefix(settings: WriterSettings, timeout_s: float) -> None:
     """Record the sink's prefix now in use: its record, then the group's offset at it.
 
@@ -161,4 +173,10 @@ def record_prefix(settings: WriterSettings, timeout_s: float) -> None:
     commit_offset(ADMINS.client(config), settings.marker_topic, group, int(offset), timeout_s)
 
 
-__all__ = ["ids_group", "prefix_in_scope", "record_prefix", "recorded_prefix"]
+__all__ = [
+    "ids_group",
+    "prefix_in_scope",
+    "record_prefix",
+    "recorded_prefix",
+    "rights_refused",
+]

@@ -719,8 +719,7 @@ class KafkaSink(PartitionedSink):
         from confluent_kafka import KafkaException
 
         from fanout.contract.batch import pipeline_scope
-        from fanout_kafka.former_ids import record_prefix, recorded_prefix
-        from fanout_kafka.renamed import read_error_is_unauthorized
+        from fanout_kafka.former_ids import record_prefix, recorded_prefix, rights_refused
 
         try:
             here = former = recorded_prefix(settings, self.open_timeout_s)
@@ -738,8 +737,7 @@ class KafkaSink(PartitionedSink):
             if here != settings.transactional_id_prefix:
                 record_prefix(settings, self.open_timeout_s)
         except (KafkaException, TimeoutError) as exc:
-            error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-            if error is not None and hasattr(error, "code") and read_error_is_unauthorized(error):
+            if rights_refused(exc):
                 # rights the sink needs nowhere else (a record on the marker topic): warned,
                 # as before this check; refusing would stop every run's first batch
                 log.warning(

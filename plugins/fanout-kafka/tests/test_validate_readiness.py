@@ -6,6 +6,7 @@ the rights refusals are covered in ``test_readiness_refusals.py``.)"""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,22 +21,32 @@ from fanout.contract.sink import SinkContext
 from tests.in_process_cli import Cli
 from tests.integration.checklist import validate
 
-SINK = """[[sinks]]
-type = "kafka"
-name = "events"
-bootstrap_servers = "{bootstrap}"
-topic = "{topic}"
-key = "id"
-marker_topic = "{topic}-markers"
-open_timeout_s = 2
-"""
+
+def _sinks(bootstrap: str, topic: str) -> str:
+    """The pipeline file's one ``[[sinks]]`` table: sink ``events`` on ``topic``."""
+    options = {"type": "kafka", "name": "events", "bootstrap_servers": bootstrap,
+               "topic": topic, "key": "id", "marker_topic": f"{topic}-markers",
+               "open_timeout_s": 2}  # fmt: skip
+    return "[[sinks]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in options.items())
+
+
+def _transaction_left_open(kafka: Broker, topic: str, transactional_id: str) -> Producer:
+    """A producer of ``transactional_id`` in the middle of a transaction (one record)."""
+    producer = Producer(
+        {"bootstrap.servers": kafka.bootstrap, "transactional.id": transactional_id}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, transactional_id.encode(), b"k")
+    assert producer.flush(30) == 0
+    return producer
 
 
 def test_validate_names_a_port_no_broker_listens_on(
     spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     bootstrap = f"127.0.0.1:{free_port()}"
-    validated = validate(tmp_path, "id LONG", SINK.format(bootstrap=bootstrap, topic="t"),
+    validated = validate(tmp_path, "id LONG", _sinks(bootstrap, "t"),
                          fanout_cli)  # fmt: skip
     assert validated.code == 1  # a target out of reach, as `fanout run` exits for it
     opened = [line for line in validated.lines if "sink events: opens its target" in line]
@@ -55,7 +66,7 @@ def test_validate_names_a_missing_topic_it_may_not_create(
     spark: Any, kafka: Broker, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     topic = f"missing-{uuid.uuid4().hex[:8]}"
-    validated = validate(tmp_path, "id LONG", SINK.format(bootstrap=kafka.bootstrap, topic=topic),
+    validated = validate(tmp_path, "id LONG", _sinks(kafka.bootstrap, topic),
                          fanout_cli)  # fmt: skip
     assert validated.code == 2
     assert validated.lines[3:] == [
@@ -71,14 +82,9 @@ def test_validate_initialises_a_transactional_producer_of_its_own_id(
     """The check passes on the broker, and a run's producer of the same prefix, in the
     middle of its transaction, is not fenced by it: validate's id is ``<prefix>#validate``."""
     pipeline = f"rd{uuid.uuid4().hex[:6]}"
-    running = Producer({"bootstrap.servers": kafka.bootstrap,
-                        "transactional.id": f"fanout/{pipeline}/events-0"})  # fmt: skip
-    running.init_transactions(30)
-    running.begin_transaction()
-    running.produce(topic, b"running", b"k")
-    assert running.flush(30) == 0
+    running = _transaction_left_open(kafka, topic, f"fanout/{pipeline}/events-0")
 
-    validated = validate(tmp_path, "id LONG", SINK.format(bootstrap=kafka.bootstrap, topic=topic),
+    validated = validate(tmp_path, "id LONG", _sinks(kafka.bootstrap, topic),
                          fanout_cli, name=pipeline)  # fmt: skip
     assert validated.lines[3:] == [
         "  OK    sink events: opens its target",
@@ -88,7 +94,7 @@ def test_validate_initialises_a_transactional_producer_of_its_own_id(
     ]
     assert validated.code == 0, validated.err
     running.commit_transaction(30)  # not fenced
-    assert committed_values(kafka.bootstrap, topic) == [b"running"]
+    assert committed_values(kafka.bootstrap, topic) == [f"fanout/{pipeline}/events-0".encode()]
 
 
 def test_open_checking_initialises_the_validate_id_only(kafka: Broker, topic: str) -> None:
@@ -97,12 +103,7 @@ def test_open_checking_initialises_the_validate_id_only(kafka: Broker, topic: st
     from confluent_kafka import KafkaException
 
     prefix = f"rd-{uuid.uuid4().hex[:6]}"
-    earlier = Producer({"bootstrap.servers": kafka.bootstrap,
-                        "transactional.id": f"{prefix}#validate"})  # fmt: skip
-    earlier.init_transactions(30)
-    earlier.begin_transaction()
-    earlier.produce(topic, b"earlier", b"k")
-    assert earlier.flush(30) == 0
+    earlier = _transaction_left_open(kafka, topic, f"{prefix}#validate")
     sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
                      transactional_id_prefix=prefix, marker_topic=f"{topic}-markers",
                      create_topic=True)  # fmt: skip
