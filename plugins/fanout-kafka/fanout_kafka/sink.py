@@ -725,8 +725,10 @@ class KafkaSink(PartitionedSink):
             here = former = recorded_prefix(settings, self.open_timeout_s)
             epoch = settings.info.epoch if settings.info is not None else 0
             if here is None and epoch > 0:  # a new epoch's first: the replaced one's record
-                before = pipeline_scope(settings.pipeline, epoch - 1)
-                former = recorded_prefix(replace(settings, scope=before), self.open_timeout_s)
+                before = replace(settings, scope=pipeline_scope(settings.pipeline, epoch - 1))
+                former = recorded_prefix(before, self.open_timeout_s)
+                if former is not None and former != settings.transactional_id_prefix:
+                    span = max(span, self._recorded_span(before))  # its ids, not this scope's
             if former is not None and former != settings.transactional_id_prefix:
                 log.info(
                     "sink %r: transactional_id_prefix was %r in the last run (now %r): its "
@@ -754,6 +756,16 @@ class KafkaSink(PartitionedSink):
                 f"{redact(str(exc), self.secret_values())}",
                 sink=self.name, batch_id=batch_id,
             ) from exc  # fmt: skip
+
+    def _recorded_span(self, settings: WriterSettings) -> int:
+        """The partition span recorded in ``settings.scope`` (0 when none: one request)."""
+        from fanout_kafka.markers import span_group
+        from fanout_kafka.membership import read_offsets
+
+        config = admin_config(self.producer, str(self.bootstrap_servers))
+        group = span_group(settings.scope, settings.sink)
+        (span,) = read_offsets(config, settings.marker_topic, [group], self.open_timeout_s)
+        return max(span, 0)
 
     def _partition_span(self, settings: WriterSettings, partitions: int, batch_id: int) -> int:
         """The partitions whose markers the driver reads (and whose transactional ids it
