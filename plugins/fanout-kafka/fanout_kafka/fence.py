@@ -43,6 +43,11 @@ clear the bit: :func:`real_offset`).
 Epochs before ``e-1`` were closed the same way by the start of ``e-1``; the transactional
 ids being shared, step 1 fences their stragglers' producers again anyway.
 
+On Tansu (:mod:`fanout_kafka.abandoned`) every partition's id is initialised once before
+any partition's step 1: a transaction left open under one partition's id holds back the
+marker of another partition committed beside it, which that partition's step 2 would read
+as none (and mark fenced at none) if it ran first.
+
 ``<prefix>`` is the ``transactional_id_prefix`` recorded in scope ``e-1``
 (:meth:`ScopeFence.of_writers`, :mod:`fanout_kafka.former_ids`), the one its tasks hold,
 when it differs from the prefix now configured: a prefix changed together with the reset.
@@ -182,6 +187,8 @@ class ScopeFence:
         what = "close" if fence else "open again"
         try:
             with ThreadPoolExecutor(max_workers=max(min(count, 8), 1)) as pool:
+                if self.end_turns is not None:  # Tansu: every open transaction ended first
+                    list(pool.map(self._end, range(count)))
                 list(pool.map(lambda p: self._one(p, fence=fence), range(count)))
         except (KafkaException, TimeoutError) as exc:
             raise TransientSinkError(
@@ -190,6 +197,25 @@ class ScopeFence:
                 f"(epoch {self.epoch}'s start): {exc}",
                 sink=self.sink,
             ) from exc  # fmt: skip
+
+    def _end(self, partition: int) -> None:
+        """Initialise partition ``partition``'s id, aborting a transaction left open under
+        it. On Tansu such a transaction holds back the markers of the transactions
+        committed beside it (:mod:`fanout_kafka.abandoned`): every partition's is ended
+        before any marker is read, or a partition's step 2 read its marker while another
+        partition's step 1 had not yet released it, marked it fenced at none, and the
+        replaced batch's committed partition was read as never written."""
+        from confluent_kafka import Producer
+
+        from fanout_kafka.producer_init import init_transactions
+        from fanout_kafka.settings import producer_config
+        from fanout_kafka.turns import turn
+
+        transactional_id = f"{self.prefix}-{partition}"
+        config = producer_config(self.producer, self.bootstrap_servers, transactional_id,
+                                 self.transaction_timeout_ms)  # fmt: skip
+        with turn(self.end_turns):
+            init_transactions(Producer(config), self.timeout_s)
 
     def _one(self, partition: int, *, fence: bool) -> None:
         """Fence (or open) one partition, again while another producer of the id fences

@@ -1,14 +1,16 @@
 """A run killed with SIGKILL in the middle of batch 0 of epoch 0, for the checkpoint-reset
 tests: ``python kill_epoch_prefix.py <bootstrap> <topic> <pipeline> <prefix>``. Sink
 ``events`` (2 partitions, ``transactional_id_prefix`` ``<prefix>``) reads its markers
-(recording its prefix), commits partition 0 (:data:`KEPT_ROWS`), then partition 1's task
-produces its rows and is killed before its transaction commits: left open."""
+(recording its prefix); its two tasks run at once, as Spark runs them: partition 1's
+produces its rows and waits before its commit, partition 0's commits meanwhile
+(:data:`KEPT_ROWS`), and the process is killed: partition 1's transaction left open."""
 
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import threading
 from dataclasses import replace
 
 import pyarrow as pa
@@ -24,11 +26,15 @@ KEPT_ROWS = [{"id": f"k{i}", "v": "kept"} for i in range(5)]
 KILLED_ROWS = [{"id": f"x{i}", "v": "killed"} for i in range(3)]
 
 
-class KillBeforeCommit:
-    """Commit hooks: SIGKILL once the records are produced, before the commit."""
+class HoldBeforeCommit:
+    """Commit hooks: once the records are produced, say so and wait (for the kill)."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
 
     def before(self, partition: int, rows: int, written: int) -> None:
-        os.kill(os.getpid(), signal.SIGKILL)
+        self.reached.set()
+        threading.Event().wait(600)
 
     def after(self, partition: int, rows: int, written: int) -> None:
         pass
@@ -42,12 +48,15 @@ def main() -> None:
     batch = Batch(None, BatchInfo(pipeline, 0), "events", txn_app_id(pipeline, "events"))
     sink.committed_partitions(batch, PLAN)
     settings = replace(sink.settings(batch), plan=PLAN)
+    hold = HoldBeforeCommit()
+    killed = PartitionWriter(settings, 1, 0, hold)  # type: ignore[arg-type]
+    rows = [pa.RecordBatch.from_pylist(KILLED_ROWS)]
+    threading.Thread(target=killed.run, args=(rows,), daemon=True).start()
+    assert hold.reached.wait(60), "partition 1 never produced its rows"
     kept = PartitionWriter(settings, 0, 0).run([pa.RecordBatch.from_pylist(KEPT_ROWS)])
     assert kept.status == "committed", kept
-    PartitionWriter(settings, 1, 0, KillBeforeCommit()).run(  # type: ignore[arg-type]
-        [pa.RecordBatch.from_pylist(KILLED_ROWS)]
-    )
-    sys.exit(3)  # not killed: the commit was never reached
+    os.kill(os.getpid(), signal.SIGKILL)
+    sys.exit(3)  # not killed
 
 
 if __name__ == "__main__":
