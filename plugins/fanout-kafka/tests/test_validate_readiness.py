@@ -7,6 +7,7 @@ the rights refusals are covered in ``test_readiness_refusals.py``.)"""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,6 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from fanout_kafka import KafkaSink
 from fanout_kafka.embedded import free_port
-from fanout_kafka.failures import FENCED_CODES
 from kafka_log import committed_values
 from kafkatools import Broker
 
@@ -51,17 +51,16 @@ def test_validate_names_a_port_no_broker_listens_on(
     validated = validate(tmp_path, "id LONG", _sinks(bootstrap, "t"),
                          fanout_cli)  # fmt: skip
     assert validated.code == 1  # a target out of reach, as `fanout run` exits for it
-    opened = [line for line in validated.lines if "sink events: opens its target" in line]
-    assert len(opened) == 1
-    assert opened[0].startswith(
-        f"  FAIL  sink events: opens its target: sink 'events': cannot reach the Kafka "
-        f"brokers at {bootstrap!r} within 2 s (Connect to ipv4#{bootstrap} failed: "
-        "Connection refused"
-    )
-    assert opened[0].endswith(
-        "; check 'bootstrap_servers', the network, and the security settings in 'producer' "
+    assert validated.lines[3] == "  OK    sink events: options"
+    opened = re.sub(r"after \d+ms", "after Nms", validated.lines[4])
+    assert opened == (
+        f"  FAIL  sink events: opens its target: sink 'events': cannot reach the Kafka brokers "
+        f"at {bootstrap!r} within 2 s ({bootstrap}/bootstrap: Connect to ipv4#{bootstrap} "
+        "failed: Connection refused (after Nms in state CONNECT); 1/1 brokers are down); check "
+        "'bootstrap_servers', the network, and the security settings in 'producer' "
         "(security.protocol, sasl.*, ssl.*), and that the brokers run"
     )
+    assert validated.lines[5:] == []  # no schema check of a target that did not open
 
 
 def test_validate_names_a_missing_topic_it_may_not_create(
@@ -95,6 +94,7 @@ def test_validate_initialises_a_transactional_producer_of_its_own_id(
         f"  INFO  sink events: would create topic '{topic}-markers' (option 'marker_topic') "
         "with 1 partition(s)",
         "  OK    sink events: target takes the routed schema",
+        "  sink events: KafkaSink, transactional",
     ]
     assert validated.code == 0, validated.err
     running.commit_transaction(30)  # not fenced
@@ -111,6 +111,6 @@ def test_open_checking_initialises_the_validate_id_only(kafka: Broker, topic: st
                      create_topic=True)  # fmt: skip
     sink.open(SinkContext("p", checking=True))
     sink.close()
-    with pytest.raises(KafkaException) as fenced:
+    with pytest.raises(KafkaException):  # fenced (Tansu: its commit is not answered)
         earlier.commit_transaction(10)
-    assert fenced.value.args[0].code() in FENCED_CODES
+    assert committed_values(kafka.bootstrap, topic) == []
