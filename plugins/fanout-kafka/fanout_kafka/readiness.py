@@ -24,14 +24,14 @@ to do, without the producer settings' secrets (:func:`fanout_kafka.options.secre
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fanout.errors import ConfigurationError
 from fanout.observe.secrets import redact
 from fanout_kafka.options import secret_values
 
-if TYPE_CHECKING:
-    from fanout_kafka.admin import Cluster
+# ``cluster`` below is a :class:`fanout_kafka.admin.Cluster`, typed ``Any``: that module
+# imports this one (a topic the principal may not describe, :meth:`Cluster._refused`)
 
 NEEDS: Mapping[str, tuple[str, ...]] = {
     "topic": ("DESCRIBE", "WRITE"),
@@ -92,7 +92,7 @@ def lacking_operations(allowed: Sequence[Any] | None, option: str) -> list[str]:
     return [op for op in NEEDS[option] if op not in names]
 
 
-def check_partitions(cluster: Cluster, topic: str, option: str) -> None:
+def check_partitions(cluster: Any, topic: str, option: str) -> None:
     """Each partition of ``topic`` (present) has a leader.
 
     :raises fanout.ConfigurationError: naming the partitions without one."""
@@ -112,7 +112,7 @@ def check_partitions(cluster: Cluster, topic: str, option: str) -> None:
 
 
 def check_topic_rights(
-    cluster: Cluster, producer: Mapping[str, Any], topics: Sequence[tuple[str, str]]
+    cluster: Any, producer: Mapping[str, Any], topics: Sequence[tuple[str, str]]
 ) -> None:
     """The rights of the sink's principal on each of ``topics`` (``(topic, option)``) that
     exists, where the broker says (:data:`NEEDS`); one describe request for them all.
