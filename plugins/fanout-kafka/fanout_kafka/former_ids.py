@@ -35,8 +35,11 @@ Kafka a task of the replaced run still alive could commit beside the new epoch
   at the start only), not with the prefix now configured, whose ids no task of that
   scope holds;
 - the first batch of an ``open()`` in a scope with no record yet, at epoch ``n > 0``,
-  reads the record of scope ``n-1`` too and fences that prefix's ids when it differs
-  (one more offset read, once per epoch: the record is written then).
+  reads the newest record of scopes ``n-1`` down to ``0`` too (one offset request for
+  them all, once per epoch: the record is written then) and fences that prefix's ids
+  when it differs. Not only ``n-1``'s: an epoch killed before its first batch records
+  nothing, and the one before it may have left a transaction open under its prefix
+  (``test_a_reset_of_a_reset_fences_the_prefix_of_the_last_epoch_that_recorded_one``).
 """
 
 from __future__ import annotations
@@ -79,18 +82,63 @@ def prefix_in_scope(
 
     :raises confluent_kafka.KafkaException: when the offset or the record cannot be read.
     """
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
     from fanout_kafka.driver_admins import admin_config
     from fanout_kafka.membership import read_offsets
-    from fanout_kafka.options import connection_settings
-    from fanout_kafka.settings import LIVELY_CONNECTIONS
 
     group = ids_group(scope, sink)
     config = admin_config(producer, bootstrap_servers)
     (position,) = read_offsets(config, marker_topic, [group], timeout_s)
     if position < 0:
         return None
+    return _record_at(producer, bootstrap_servers, marker_topic, group, position, timeout_s)
+
+
+def newest_earlier_record(
+    settings: WriterSettings, epoch: int, timeout_s: float
+) -> tuple[str, str] | None:
+    """The newest scope of the sink's pipeline before ``epoch`` with a prefix recorded,
+    and that prefix: ``(scope, prefix)``, ``None`` when none of epochs ``0..epoch-1`` has
+    one. An epoch that recorded nothing (killed before its first batch) is skipped: the
+    killed run's transaction of the epoch before it may still be open under that one's
+    prefix, and an epoch that recorded one fenced every earlier prefix before it did
+    (:meth:`fanout_kafka.KafkaSink._fence_former_prefix`). One offset request for all the
+    epochs' groups, one record read.
+
+    :raises confluent_kafka.KafkaException: when an offset or the record cannot be read.
+    """
+    from fanout.contract.batch import pipeline_scope
+    from fanout_kafka.driver_admins import admin_config
+    from fanout_kafka.membership import read_offsets
+
+    scopes = [pipeline_scope(settings.pipeline, e) for e in range(epoch - 1, -1, -1)]
+    if not scopes:
+        return None
+    groups = [ids_group(scope, settings.sink) for scope in scopes]
+    config = admin_config(settings.producer, settings.bootstrap_servers)
+    positions = read_offsets(config, settings.marker_topic, groups, timeout_s)
+    for scope, group, position in zip(scopes, groups, positions, strict=True):
+        if position >= 0:
+            prefix = _record_at(settings.producer, settings.bootstrap_servers,
+                                settings.marker_topic, group, position, timeout_s)  # fmt: skip
+            return None if prefix is None else (scope, prefix)
+    return None
+
+
+def _record_at(
+    producer: Mapping[str, Any],
+    bootstrap_servers: str,
+    marker_topic: str,
+    group: str,
+    position: int,
+    timeout_s: float,
+) -> str | None:
+    """The prefix in the record of ``group`` at ``position`` of partition 0 of
+    ``marker_topic``, ``None`` when it is gone (retention, compaction)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    from fanout_kafka.options import connection_settings
+    from fanout_kafka.settings import LIVELY_CONNECTIONS
+
     consumer = Consumer({
         **LIVELY_CONNECTIONS,
         **connection_settings(producer),
@@ -175,6 +223,7 @@ def record_prefix(settings: WriterSettings, timeout_s: float) -> None:
 
 __all__ = [
     "ids_group",
+    "newest_earlier_record",
     "prefix_in_scope",
     "record_prefix",
     "recorded_prefix",

@@ -711,23 +711,28 @@ class KafkaSink(PartitionedSink):
         the one it uses now (``transactional_id_prefix`` changed since), and record this
         one (:mod:`fanout_kafka.former_ids`): one offset read, one record read when one
         was recorded, one record and one commit when it changed; once per ``open()``. In
-        a new epoch's scope with no record yet, the replaced epoch's record is read too
-        (a prefix changed together with the checkpoint reset).
+        a new epoch's scope with no record yet, the newest earlier epoch's record is read
+        too (a prefix changed together with a checkpoint reset, or two).
 
         :raises fanout.TransientSinkError: when the record cannot be read or written.
         """
         from confluent_kafka import KafkaException
 
-        from fanout.contract.batch import pipeline_scope
-        from fanout_kafka.former_ids import record_prefix, recorded_prefix, rights_refused
+        from fanout_kafka.former_ids import (
+            newest_earlier_record,
+            record_prefix,
+            recorded_prefix,
+            rights_refused,
+        )
 
         try:
             here = former = recorded_prefix(settings, self.open_timeout_s)
             epoch = settings.info.epoch if settings.info is not None else 0
-            if here is None and epoch > 0:  # a new epoch's first: the replaced one's record
-                before = replace(settings, scope=pipeline_scope(settings.pipeline, epoch - 1))
-                former = recorded_prefix(before, self.open_timeout_s)
-                if former is not None and former != settings.transactional_id_prefix:
+            if here is None and epoch > 0:  # a new epoch's first: the newest earlier record
+                found = newest_earlier_record(settings, epoch, self.open_timeout_s)
+                former = None if found is None else found[1]
+                if found is not None and former != settings.transactional_id_prefix:
+                    before = replace(settings, scope=found[0])
                     span = max(span, self._recorded_span(before))  # its ids, not this scope's
             if former is not None and former != settings.transactional_id_prefix:
                 log.info(

@@ -63,10 +63,10 @@ def _batch(pipeline: str, epoch: int) -> Batch:
 
 def _write(
     sink: KafkaSink, pipeline: str, partition: int, rows: list[dict[str, str]],
-    plan: PartitionPlan = PLAN,
+    plan: PartitionPlan = PLAN, epoch: int = 1,
 ) -> Any:  # fmt: skip
-    """Partition ``partition`` of batch 0 of epoch 1, as the new epoch's task writes it."""
-    settings = replace(sink.settings(_batch(pipeline, 1)), plan=plan)
+    """Partition ``partition`` of batch 0 of ``epoch``, as the new epoch's task writes it."""
+    settings = replace(sink.settings(_batch(pipeline, epoch)), plan=plan)
     return PartitionWriter(settings, partition, 0).run([pa.RecordBatch.from_pylist(rows)])
 
 
@@ -121,3 +121,28 @@ def test_the_new_epochs_first_batch_fences_the_replaced_epochs_prefix(kafka: Bro
     assert [c.partition for c in again.committed_partitions(_batch(pipeline, 1), one)] == [0]
     assert marker(kafka.bootstrap, f"{pipeline}@e1", "events", 0, "__fanout_markers") == 1
     assert _committed(kafka, topic) == sorted([*KEPT, *((f"n{i}", "new") for i in range(4))])
+
+
+def test_a_reset_of_a_reset_fences_the_prefix_of_the_last_epoch_that_recorded_one(
+    kafka: Broker,
+) -> None:
+    """Prefix changed at two resets in a row: epoch 0 under ``a`` killed mid-batch, epoch 1
+    under ``b`` killed before its first batch (its scope records nothing, and its start
+    did not fence this sink: the case of the test above), epoch 2 under ``c``. The new
+    epoch's lookup walks back over the epochs that recorded nothing to epoch 0's record,
+    so ``a``'s open transaction is aborted before the markers are read: epoch 2's marker
+    is applied, not held back on Tansu (a replay wrote its rows again), each record once."""
+    topic, pipeline = f"ep-{uuid.uuid4().hex[:8]}", f"ep{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    _killed_run(kafka, topic, pipeline, f"{pipeline}-a")
+    sink = _new_epoch_sink(kafka, topic, pipeline, f"{pipeline}-c", partitions=1)
+    one = PartitionPlan(1, (("id", "string"),))
+
+    assert sink.committed_partitions(_batch(pipeline, 2), one) == []
+    rows = [{"id": f"c{i}", "v": "c"} for i in range(4)]
+    assert _write(sink, pipeline, 0, rows, one, epoch=2).status == "committed"
+
+    again = _new_epoch_sink(kafka, topic, pipeline, f"{pipeline}-c", partitions=1)  # a replay
+    assert [c.partition for c in again.committed_partitions(_batch(pipeline, 2), one)] == [0]
+    assert marker(kafka.bootstrap, f"{pipeline}@e2", "events", 0, "__fanout_markers") == 1
+    assert _committed(kafka, topic) == sorted([*KEPT, *((f"c{i}", "c") for i in range(4))])
