@@ -187,7 +187,13 @@ class ScopeFence:
         what = "close" if fence else "open again"
         try:
             with ThreadPoolExecutor(max_workers=max(min(count, 8), 1)) as pool:
-                if self.end_turns is not None:  # Tansu: every open transaction ended first
+                # Tansu only: every open transaction ended first. Kafka applies a
+                # transaction's offsets with its commit, and a stable offset fetch
+                # (require_stable, KIP-447) of a group waits only on a transaction with
+                # offsets pending for that same group, i.e. this partition's own id,
+                # which step 1 ended; another partition's open transaction holds back
+                # the LSO of the data partitions it wrote, which no marker read consults.
+                if self.end_turns is not None:
                     list(pool.map(self._end, range(count)))
                 list(pool.map(lambda p: self._one(p, fence=fence), range(count)))
         except (KafkaException, TimeoutError) as exc:
