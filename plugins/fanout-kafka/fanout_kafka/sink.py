@@ -311,7 +311,8 @@ class KafkaSink(PartitionedSink):
             elif cluster.check_topic(topic, option, topic_spec) is not None:
                 self._to_create.append((topic, option))
         self._check_transaction_timeout(cluster)
-        if context.checking:  # fanout validate: what a run would fail on only mid-stream
+        if context.checking and context.readiness:  # fanout validate (not recover): what
+            # a run would fail on only mid-stream
             self._check_readiness(cluster, [(topic, option) for topic, option, _, _ in topics])
         self._warn_marker_retention(cluster)
         broker_limit = _topic_limit(cluster, self.topic, spec)

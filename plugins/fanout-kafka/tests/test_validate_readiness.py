@@ -116,8 +116,23 @@ def test_open_checking_initialises_the_validate_id_only(kafka: Broker, topic: st
     sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
                      transactional_id_prefix=prefix, marker_topic=f"{topic}-markers",
                      create_topic=True)  # fmt: skip
-    sink.open(SinkContext("p", checking=True))
+    sink.open(SinkContext("p", checking=True, readiness=True))
     sink.close()
     with pytest.raises(KafkaException):  # fenced (Tansu: its commit is not answered)
         earlier.commit_transaction(10)
     assert committed_values(kafka.bootstrap, topic) == []
+
+
+def test_recover_opens_without_the_validate_producer(kafka: Broker, topic: str) -> None:
+    """``fanout recover --config`` opens the sink with ``checking`` only (it asks
+    ``holds_batch``, and must pass on a principal that may not write): no transactional id
+    is initialised, so a producer of ``<prefix>#validate`` mid-transaction still commits."""
+    prefix = f"rd-{uuid.uuid4().hex[:6]}"
+    earlier = _transaction_left_open(kafka, topic, f"{prefix}#validate")
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
+                     transactional_id_prefix=prefix, marker_topic=f"{topic}-markers",
+                     create_topic=True)  # fmt: skip
+    sink.open(SinkContext("p", checking=True))  # as fanout.app.recover_sinks opens it
+    sink.close()
+    earlier.commit_transaction(30)  # not fenced
+    assert committed_values(kafka.bootstrap, topic) == [f"{prefix}#validate".encode()]
