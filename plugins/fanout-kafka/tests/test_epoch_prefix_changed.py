@@ -39,9 +39,9 @@ PLAN = PartitionPlan(2, (("id", "string"),))
 KEPT = [(f"k{i}", "kept") for i in range(5)]  # partition 0 of the killed run, committed
 
 
-def _killed_run(kafka: Broker, topic: str, pipeline: str, prefix: str) -> None:
+def _killed_run(kafka: Broker, topic: str, pipeline: str, prefix: str, epoch: int = 0) -> None:
     killed = subprocess.run(
-        [sys.executable, str(KILL), kafka.bootstrap, topic, pipeline, prefix],
+        [sys.executable, str(KILL), kafka.bootstrap, topic, pipeline, prefix, str(epoch)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -146,3 +146,32 @@ def test_a_reset_of_a_reset_fences_the_prefix_of_the_last_epoch_that_recorded_on
     assert [c.partition for c in again.committed_partitions(_batch(pipeline, 2), one)] == [0]
     assert marker(kafka.bootstrap, f"{pipeline}@e2", "events", 0, "__fanout_markers") == 1
     assert _committed(kafka, topic) == sorted([*KEPT, *((f"c{i}", "c") for i in range(4))])
+
+
+def test_a_reset_of_a_reset_closes_the_epoch_killed_mid_batch_under_its_prefix(
+    kafka: Broker,
+) -> None:
+    """Epoch 0 under ``a`` killed mid-batch; epoch 1 under ``b`` started (its fence ends
+    ``a``'s transaction), then killed in the middle of its own batch (partition 1's
+    transaction open under ``b``); epoch 2 under ``c``: its start closes epoch 1's scope
+    under ``b``, the prefix recorded there, so the start sees epoch 1's partition 0
+    committed and epoch 2 writes partition 1 only: every record once."""
+    topic, pipeline = f"ep-{uuid.uuid4().hex[:8]}", f"ep{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    _killed_run(kafka, topic, pipeline, f"{pipeline}-a")
+    first = _new_epoch_sink(kafka, topic, pipeline, f"{pipeline}-b")
+    first.fence_earlier_epochs(pipeline, 1)
+    assert first.holds_batch(pipeline, 0, 0) == PartlyHeld(1, None)
+    _killed_run(kafka, topic, pipeline, f"{pipeline}-b", epoch=1)
+
+    sink = _new_epoch_sink(kafka, topic, pipeline, f"{pipeline}-c")
+    sink.fence_earlier_epochs(pipeline, 2)
+    assert sink.holds_batch(pipeline, 1, 0) == PartlyHeld(1, None)
+    assert sink.committed_partitions(_batch(pipeline, 2), PLAN) == []
+    again = [{"id": f"e1x{i}", "v": "again"} for i in range(3)]  # partition 1's, read again
+    assert _write(sink, pipeline, 1, again, epoch=2).status == "committed"
+
+    assert marker(kafka.bootstrap, f"{pipeline}@e2", "events", 1, "__fanout_markers") == 1
+    assert _committed(kafka, topic) == sorted([
+        *KEPT, *((f"e1k{i}", "kept") for i in range(5)), *((f"e1x{i}", "again") for i in range(3)),
+    ])  # fmt: skip
