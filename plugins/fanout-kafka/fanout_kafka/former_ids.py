@@ -125,13 +125,9 @@ def newest_earlier_record(
 
 
 def _record_at(
-    producer: Mapping[str, Any],
-    bootstrap_servers: str,
-    marker_topic: str,
-    group: str,
-    position: int,
-    timeout_s: float,
-) -> str | None:
+    producer: Mapping[str, Any], bootstrap_servers: str, marker_topic: str, group: str,
+    position: int, timeout_s: float,
+) -> str | None:  # fmt: skip
     """The prefix in the record of ``group`` at ``position`` of partition 0 of
     ``marker_topic``, ``None`` when it is gone (retention, compaction)."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition

@@ -75,6 +75,25 @@ def _committed(kafka: Broker, topic: str) -> list[tuple[str, str]]:
     return sorted(((r.key or b"").decode(), (r.value or b"").decode()) for r in found)
 
 
+def _first_batch_then_replay(
+    kafka: Broker, topic: str, pipeline: str, prefix: str, epoch: int
+) -> KafkaSink:
+    """Batch 0 of ``epoch`` under ``prefix`` on one partition (the epoch's first, no start
+    fence), its 4 rows keyed ``n<i>`` committed, then its replay: the marker is read
+    (not held back by the killed run's open transaction), every record once. The sink."""
+    sink = _new_epoch_sink(kafka, topic, pipeline, prefix, partitions=1)
+    one = PartitionPlan(1, (("id", "string"),))
+    assert sink.committed_partitions(_batch(pipeline, epoch), one) == []
+    rows = [{"id": f"n{i}", "v": "new"} for i in range(4)]
+    assert _write(sink, pipeline, 0, rows, one, epoch=epoch).status == "committed"
+
+    again = _new_epoch_sink(kafka, topic, pipeline, prefix, partitions=1)  # a replay
+    assert [c.partition for c in again.committed_partitions(_batch(pipeline, epoch), one)] == [0]
+    assert marker(kafka.bootstrap, f"{pipeline}@e{epoch}", "events", 0, "__fanout_markers") == 1
+    assert _committed(kafka, topic) == sorted([*KEPT, *((f"n{i}", "new") for i in range(4))])
+    return sink
+
+
 @pytest.mark.parametrize("new_prefix", ["new", "old"])
 def test_the_new_epochs_start_closes_the_replaced_scope_under_its_own_prefix(
     kafka: Broker, new_prefix: str
@@ -109,18 +128,8 @@ def test_the_new_epochs_first_batch_fences_the_replaced_epochs_prefix(kafka: Bro
     topic, pipeline = f"ep-{uuid.uuid4().hex[:8]}", f"ep{uuid.uuid4().hex[:6]}"
     create_topic(kafka.bootstrap, topic, 1)
     _killed_run(kafka, topic, pipeline, f"{pipeline}-old")
-    sink = _new_epoch_sink(kafka, topic, pipeline, f"{pipeline}-new", partitions=1)
-    one = PartitionPlan(1, (("id", "string"),))
-
-    assert sink.committed_partitions(_batch(pipeline, 1), one) == []
+    sink = _first_batch_then_replay(kafka, topic, pipeline, f"{pipeline}-new", 1)
     assert recorded_prefix(sink.settings(_batch(pipeline, 1)), 10) == f"{pipeline}-new"
-    rows = [{"id": f"n{i}", "v": "new"} for i in range(4)]
-    assert _write(sink, pipeline, 0, rows, one).status == "committed"
-
-    again = _new_epoch_sink(kafka, topic, pipeline, f"{pipeline}-new", partitions=1)  # a replay
-    assert [c.partition for c in again.committed_partitions(_batch(pipeline, 1), one)] == [0]
-    assert marker(kafka.bootstrap, f"{pipeline}@e1", "events", 0, "__fanout_markers") == 1
-    assert _committed(kafka, topic) == sorted([*KEPT, *((f"n{i}", "new") for i in range(4))])
 
 
 def test_a_reset_of_a_reset_fences_the_prefix_of_the_last_epoch_that_recorded_one(
@@ -135,17 +144,7 @@ def test_a_reset_of_a_reset_fences_the_prefix_of_the_last_epoch_that_recorded_on
     topic, pipeline = f"ep-{uuid.uuid4().hex[:8]}", f"ep{uuid.uuid4().hex[:6]}"
     create_topic(kafka.bootstrap, topic, 1)
     _killed_run(kafka, topic, pipeline, f"{pipeline}-a")
-    sink = _new_epoch_sink(kafka, topic, pipeline, f"{pipeline}-c", partitions=1)
-    one = PartitionPlan(1, (("id", "string"),))
-
-    assert sink.committed_partitions(_batch(pipeline, 2), one) == []
-    rows = [{"id": f"c{i}", "v": "c"} for i in range(4)]
-    assert _write(sink, pipeline, 0, rows, one, epoch=2).status == "committed"
-
-    again = _new_epoch_sink(kafka, topic, pipeline, f"{pipeline}-c", partitions=1)  # a replay
-    assert [c.partition for c in again.committed_partitions(_batch(pipeline, 2), one)] == [0]
-    assert marker(kafka.bootstrap, f"{pipeline}@e2", "events", 0, "__fanout_markers") == 1
-    assert _committed(kafka, topic) == sorted([*KEPT, *((f"c{i}", "c") for i in range(4))])
+    _first_batch_then_replay(kafka, topic, pipeline, f"{pipeline}-c", 2)
 
 
 def test_a_reset_of_a_reset_closes_the_epoch_killed_mid_batch_under_its_prefix(
