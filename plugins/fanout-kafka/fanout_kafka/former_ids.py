@@ -35,8 +35,9 @@ Kafka a task of the replaced run still alive could commit beside the new epoch
   at the start only), not with the prefix now configured, whose ids no task of that
   scope holds;
 - the first batch of an ``open()`` in a scope with no record yet, at epoch ``n > 0``,
-  reads the newest record of scopes ``n-1`` down to ``0`` too (one offset request for
-  them all, once per epoch: the record is written then) and fences that prefix's ids
+  reads the newest record of scopes ``n-1`` down to ``0`` too (one offset read per
+  scope looked at, one when ``n-1`` recorded; once per epoch: the record is written
+  then) and fences that prefix's ids
   when it differs. Not only ``n-1``'s: an epoch killed before its first batch records
   nothing, and the one before it may have left a transaction open under its prefix
   (``test_a_reset_of_a_reset_fences_the_prefix_of_the_last_epoch_that_recorded_one``).
@@ -101,8 +102,8 @@ def newest_earlier_record(
     one. An epoch that recorded nothing (killed before its first batch) is skipped: the
     killed run's transaction of the epoch before it may still be open under that one's
     prefix, and an epoch that recorded one fenced every earlier prefix before it did
-    (:meth:`fanout_kafka.KafkaSink._fence_former_prefix`). One offset request for all the
-    epochs' groups, one record read.
+    (:meth:`fanout_kafka.KafkaSink._fence_former_prefix`). One offset read per epoch
+    looked at, newest first (one when epoch ``epoch - 1`` recorded), one record read.
 
     :raises confluent_kafka.KafkaException: when an offset or the record cannot be read.
     """
@@ -110,13 +111,11 @@ def newest_earlier_record(
     from fanout_kafka.driver_admins import admin_config
     from fanout_kafka.membership import read_offsets
 
-    scopes = [pipeline_scope(settings.pipeline, e) for e in range(epoch - 1, -1, -1)]
-    if not scopes:
-        return None
-    groups = [ids_group(scope, settings.sink) for scope in scopes]
     config = admin_config(settings.producer, settings.bootstrap_servers)
-    positions = read_offsets(config, settings.marker_topic, groups, timeout_s)
-    for scope, group, position in zip(scopes, groups, positions, strict=True):
+    for earlier in range(epoch - 1, -1, -1):
+        scope = pipeline_scope(settings.pipeline, earlier)
+        group = ids_group(scope, settings.sink)
+        (position,) = read_offsets(config, settings.marker_topic, [group], timeout_s)
         if position >= 0:
             prefix = _record_at(settings.producer, settings.bootstrap_servers,
                                 settings.marker_topic, group, position, timeout_s)  # fmt: skip
