@@ -214,7 +214,7 @@ def _sink_checks(
         dead_letters = resolve_target(sink, kinds)
         try:
             sink.open(SinkContext(pipeline, spark, dead_letters, ledger=ledger, checking=True,
-                                  changes=changes))  # fmt: skip
+                                  readiness=True, changes=changes))  # fmt: skip
         except Exception as exc:  # the checklist is printed and returned: masked here already
             unreachable = isinstance(exc, SinkUnreachableError)
             rebuild = (

@@ -111,6 +111,13 @@ class SinkContext:
         tell what the run's :meth:`Sink.open` or first batch would create or change with
         :meth:`would`. A missing object the run would create is not a failure; one it
         could not create is, as at a run.
+    :param readiness: ``True`` when ``fanout validate`` opens the sink (with
+        ``checking``): it may also check what a run needs beyond :meth:`Sink.open`'s own
+        checks and would otherwise fail on only mid-stream (rights, transactions), by
+        means a run's data never sees (the Kafka sink initialises a transactional id of
+        its own). ``False`` for ``fanout recover --config``, which opens the sink with
+        ``checking`` only to ask :meth:`Sink.holds_batch`, with rights perhaps to read
+        only.
     :param changes: what :meth:`would` was told, in order (``fanout validate`` prints
         them).
     :param secrets: every secret of the pipeline (:attr:`fanout.FanOut.secrets`: its
@@ -138,6 +145,7 @@ class SinkContext:
     dead_letters: DeadLetterTarget | None = None
     plugins: Sequence[object] = ()
     checking: bool = False
+    readiness: bool = False
     ledger: str | None = None
     changes: list[str] = field(default_factory=list)
     secrets: tuple[str, ...] = ()

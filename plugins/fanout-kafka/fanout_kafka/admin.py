@@ -65,6 +65,7 @@ class Cluster:
     ) -> None:
         self.sink = sink
         self.bootstrap_servers = bootstrap_servers
+        self.producer = producer  # whose sasl.username names the principal in refusals
         self.timeout_s = timeout_s
         self._errors: list[tuple[int, str]] = []  # librdkafka's code and text of each
         # The callback holds the list, not self: a reference cycle would leave the client
@@ -173,10 +174,37 @@ class Cluster:
             return None
         if spec is None:
             raise self._missing(topic, option)
+        refused = self._refused(topic, option)
+        if refused is not None:
+            raise refused
         count = partitions or spec.partitions or 1
         return f"create topic {topic!r} (option {option!r}) with {count} partition(s)"
 
+    def _refused(self, topic: str, option: str) -> ConfigurationError | None:
+        """The refusal of a topic the listing left out because the sink's principal may
+        not describe it (the broker leaves out such topics, there or not): the topic asked
+        for by name (one request, only for a topic not listed). ``None`` otherwise."""
+        from confluent_kafka import TopicCollection
+
+        from fanout_kafka.readiness import NEEDS, rights_refusal, topic_unauthorized
+
+        try:
+            future = self.admin.describe_topics(
+                TopicCollection([topic]), request_timeout=self.timeout_s
+            )[topic]
+            future.result(timeout=self.timeout_s)
+        except KafkaException as exc:
+            if topic_unauthorized(exc):
+                return rights_refusal(self.sink, self.bootstrap_servers, self.producer, topic,
+                                      option, NEEDS[option])  # fmt: skip
+        except Exception as exc:  # a broker that cannot describe topics: missing, as listed
+            log.debug("sink %r: cannot describe topic %r: %s", self.sink, topic, exc)
+        return None
+
     def _missing(self, topic: str, option: str) -> ConfigurationError:
+        refused = self._refused(topic, option)
+        if refused is not None:
+            return refused
         return ConfigurationError(
             f"Kafka sink {self.sink!r}: topic {topic!r} (option {option!r}) does not exist "
             f"on {self.bootstrap_servers!r}; create it (kafka-topics.sh --create ...) or "

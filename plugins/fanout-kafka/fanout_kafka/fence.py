@@ -43,6 +43,15 @@ clear the bit: :func:`real_offset`).
 Epochs before ``e-1`` were closed the same way by the start of ``e-1``; the transactional
 ids being shared, step 1 fences their stragglers' producers again anyway.
 
+On Tansu (:mod:`fanout_kafka.abandoned`) every partition's id is initialised once before
+any partition's step 1: a transaction left open under one partition's id holds back the
+marker of another partition committed beside it, which that partition's step 2 would read
+as none (and mark fenced at none) if it ran first.
+
+``<prefix>`` is the ``transactional_id_prefix`` recorded in scope ``e-1``
+(:meth:`ScopeFence.of_writers`, :mod:`fanout_kafka.former_ids`), the one its tasks hold,
+when it differs from the prefix now configured: a prefix changed together with the reset.
+
 :func:`lift_fence` (the start of ``e`` refused) commits the real offsets back the same way
 (a marker that had none becomes ``0``, which the readers take for none: a task commits
 ``batch + 1``, never ``0``).
@@ -113,16 +122,64 @@ class ScopeFence:
         return count + len(beyond)
 
     def close(self, partitions: int) -> None:
-        """Fence every partition's id and mark its marker (the module docstring).
+        """Fence every partition's id and mark its marker (the module docstring), under
+        the prefix the scope was written with (:meth:`of_writers`).
 
         :raises fanout.TransientSinkError: when a partition cannot be fenced."""
-        self._each(self.partitions(partitions), fence=True)
+        fence = self.of_writers()
+        fence._each(fence.partitions(partitions), fence=True)
 
     def open(self, partitions: int) -> None:
         """Undo :meth:`close`: every fenced marker committed back to its real offset.
 
         :raises fanout.TransientSinkError: when a partition cannot be opened."""
-        self._each(self.partitions(partitions), fence=False)
+        fence = self.of_writers()
+        fence._each(fence.partitions(partitions), fence=False)
+
+    def of_writers(self) -> ScopeFence:
+        """This fence under the ``transactional_id_prefix`` recorded in its scope
+        (:mod:`fanout_kafka.former_ids`: the ids the scope's tasks hold) when one is and
+        differs from :attr:`prefix` (changed together with the checkpoint reset): the ids
+        of the prefix now configured fence no task of the replaced epoch, nor end the
+        transaction its killed run left open. No record (none written, gone, or a sink of
+        an older fanout): :attr:`prefix`, as before. One offset read and one record read.
+
+        :raises fanout.TransientSinkError: when the record cannot be read.
+        """
+        from dataclasses import replace
+
+        from confluent_kafka import KafkaException
+
+        from fanout.observe.secrets import redact
+        from fanout_kafka.former_ids import prefix_in_scope, rights_refused
+        from fanout_kafka.options import secret_values
+
+        try:
+            written = prefix_in_scope(self.producer, self.bootstrap_servers, self.marker_topic,
+                                      self.scope, self.sink, self.timeout_s)  # fmt: skip
+        except (KafkaException, TimeoutError) as exc:
+            said = redact(str(exc), secret_values(self.producer))
+            if rights_refused(exc):
+                log.warning(
+                    "sink %s: cannot read the transactional_id_prefix recorded in scope %r on "
+                    "marker topic %r (%s): the scope is closed under the ids of %r; a prefix "
+                    "changed together with the checkpoint reset is not fenced. Grant the "
+                    "sink's principal READ on that topic",
+                    self.sink, self.scope, self.marker_topic, said, self.prefix,
+                )  # fmt: skip
+                return self
+            raise TransientSinkError(
+                f"cannot read the transactional_id_prefix recorded in scope {self.scope!r} "
+                f"on marker topic {self.marker_topic!r} (epoch {self.epoch}'s start): {said}",
+                sink=self.sink,
+            ) from exc  # fmt: skip
+        if written is None or written == self.prefix:
+            return self
+        log.info(
+            "sink %s: scope %r was written under transactional_id_prefix %r (now %r): closed "
+            "under its ids", self.sink, self.scope, written, self.prefix,
+        )  # fmt: skip
+        return replace(self, prefix=written)
 
     def _each(self, count: int, *, fence: bool) -> None:
         from confluent_kafka import KafkaException
@@ -130,6 +187,14 @@ class ScopeFence:
         what = "close" if fence else "open again"
         try:
             with ThreadPoolExecutor(max_workers=max(min(count, 8), 1)) as pool:
+                # Tansu only: every open transaction ended first. Kafka applies a
+                # transaction's offsets with its commit, and a stable offset fetch
+                # (require_stable, KIP-447) of a group waits only on a transaction with
+                # offsets pending for that same group, i.e. this partition's own id,
+                # which step 1 ended; another partition's open transaction holds back
+                # the LSO of the data partitions it wrote, which no marker read consults.
+                if self.end_turns is not None:
+                    list(pool.map(self._end, range(count)))
                 list(pool.map(lambda p: self._one(p, fence=fence), range(count)))
         except (KafkaException, TimeoutError) as exc:
             raise TransientSinkError(
@@ -138,6 +203,25 @@ class ScopeFence:
                 f"(epoch {self.epoch}'s start): {exc}",
                 sink=self.sink,
             ) from exc  # fmt: skip
+
+    def _end(self, partition: int) -> None:
+        """Initialise partition ``partition``'s id, aborting a transaction left open under
+        it. On Tansu such a transaction holds back the markers of the transactions
+        committed beside it (:mod:`fanout_kafka.abandoned`): every partition's is ended
+        before any marker is read, or a partition's step 2 read its marker while another
+        partition's step 1 had not yet released it, marked it fenced at none, and the
+        replaced batch's committed partition was read as never written."""
+        from confluent_kafka import Producer
+
+        from fanout_kafka.producer_init import init_transactions
+        from fanout_kafka.settings import producer_config
+        from fanout_kafka.turns import turn
+
+        transactional_id = f"{self.prefix}-{partition}"
+        config = producer_config(self.producer, self.bootstrap_servers, transactional_id,
+                                 self.transaction_timeout_ms)  # fmt: skip
+        with turn(self.end_turns):
+            init_transactions(Producer(config), self.timeout_s)
 
     def _one(self, partition: int, *, fence: bool) -> None:
         """Fence (or open) one partition, again while another producer of the id fences

@@ -21,12 +21,33 @@ request); when it points at a record of another prefix, that prefix's ids are in
 and one offset commit); when it names this prefix, nothing more. A record gone (the marker
 topic's retention) or never written (a sink of an older fanout) is written anew: a former
 prefix it held cannot be fenced, as before.
+
+The record is per scope, and a checkpoint reset starts a new one (``<pipeline>@e<n>``)
+with none: a prefix changed together with the reset was never fenced, so the killed run's
+open transaction under the former ids held back, on Tansu, the replaced epoch's markers
+(the new epoch's start read its committed partition as not written, and wrote it again)
+and the new epoch's own markers (its transactions share the topic's partitions), and on
+Kafka a task of the replaced run still alive could commit beside the new epoch
+(``tests/test_epoch_prefix_changed.py``). So the record of the replaced epoch counts too:
+
+- the new epoch's start fences the replaced scope with the ids of the prefix recorded
+  *there* (:class:`fanout_kafka.fence.ScopeFence`: one offset read and one record read,
+  at the start only), not with the prefix now configured, whose ids no task of that
+  scope holds;
+- the first batch of an ``open()`` in a scope with no record yet, at epoch ``n > 0``,
+  reads the newest record of scopes ``n-1`` down to ``0`` too (one offset read per
+  scope looked at, one when ``n-1`` recorded; once per epoch: the record is written
+  then) and fences that prefix's ids
+  when it differs. Not only ``n-1``'s: an epoch killed before its first batch records
+  nothing, and the one before it may have left a transaction open under its prefix
+  (``test_a_reset_of_a_reset_fences_the_prefix_of_the_last_epoch_that_recorded_one``).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fanout_kafka.settings import WriterSettings
@@ -39,29 +60,93 @@ def ids_group(scope: str, sink: str) -> str:
 
 
 def recorded_prefix(settings: WriterSettings, timeout_s: float) -> str | None:
-    """The prefix recorded for the sink in its scope, ``None`` when none is (never
-    recorded, or the record is gone).
+    """The prefix recorded for the sink in its scope (``settings.scope``), ``None`` when
+    none is (never recorded, or the record is gone).
 
     :raises confluent_kafka.KafkaException: when the offset or the record cannot be read.
     """
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    return prefix_in_scope(settings.producer, settings.bootstrap_servers,
+                           settings.marker_topic, settings.scope, settings.sink,
+                           timeout_s)  # fmt: skip
 
+
+def prefix_in_scope(
+    producer: Mapping[str, Any],
+    bootstrap_servers: str,
+    marker_topic: str,
+    scope: str,
+    sink: str,
+    timeout_s: float,
+) -> str | None:
+    """The prefix recorded for sink ``sink`` in ``scope`` (any epoch's: the fence of a
+    replaced epoch reads that epoch's, :mod:`fanout_kafka.fence`), ``None`` when none is.
+
+    :raises confluent_kafka.KafkaException: when the offset or the record cannot be read.
+    """
     from fanout_kafka.driver_admins import admin_config
     from fanout_kafka.membership import read_offsets
 
-    group = ids_group(settings.scope, settings.sink)
-    config = admin_config(settings.producer, settings.bootstrap_servers)
-    (position,) = read_offsets(config, settings.marker_topic, [group], timeout_s)
+    group = ids_group(scope, sink)
+    config = admin_config(producer, bootstrap_servers)
+    (position,) = read_offsets(config, marker_topic, [group], timeout_s)
     if position < 0:
         return None
+    return _record_at(producer, bootstrap_servers, marker_topic, group, position, timeout_s)
+
+
+def newest_earlier_record(
+    settings: WriterSettings, epoch: int, timeout_s: float
+) -> tuple[str, str] | None:
+    """The newest scope of the sink's pipeline before ``epoch`` with a prefix recorded,
+    and that prefix: ``(scope, prefix)``, ``None`` when none of epochs ``0..epoch-1`` has
+    one. An epoch that recorded nothing (killed before its first batch) is skipped: the
+    killed run's transaction of the epoch before it may still be open under that one's
+    prefix, and an epoch that recorded one fenced every earlier prefix before it did
+    (:meth:`fanout_kafka.KafkaSink._fence_former_prefix`). One offset read per epoch
+    looked at, newest first (one when epoch ``epoch - 1`` recorded), one record read.
+
+    :raises confluent_kafka.KafkaException: when an offset or the record cannot be read.
+    """
+    from fanout.contract.batch import pipeline_scope
+    from fanout_kafka.driver_admins import admin_config
+    from fanout_kafka.membership import read_offsets
+
+    config = admin_config(settings.producer, settings.bootstrap_servers)
+    for earlier in range(epoch - 1, -1, -1):
+        scope = pipeline_scope(settings.pipeline, earlier)
+        group = ids_group(scope, settings.sink)
+        (position,) = read_offsets(config, settings.marker_topic, [group], timeout_s)
+        if position >= 0:
+            prefix = _record_at(settings.producer, settings.bootstrap_servers,
+                                settings.marker_topic, group, position, timeout_s)  # fmt: skip
+            return None if prefix is None else (scope, prefix)
+    return None
+
+
+def _record_at(
+    producer: Mapping[str, Any], bootstrap_servers: str, marker_topic: str, group: str,
+    position: int, timeout_s: float,
+) -> str | None:  # fmt: skip
+    """The prefix in the record of ``group`` at ``position`` of partition 0 of
+    ``marker_topic``, ``None`` when it is gone (retention, compaction)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    from fanout_kafka.options import connection_settings
+    from fanout_kafka.settings import LIVELY_CONNECTIONS
+
     consumer = Consumer({
-        **settings.consumer_config(0),
+        **LIVELY_CONNECTIONS,
+        **connection_settings(producer),
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group,  # assigned, never joined nor committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
         "isolation.level": "read_uncommitted",  # written outside any transaction
         "auto.offset.reset": "error",
     })  # fmt: skip
     deadline = time.monotonic() + timeout_s
     try:
-        consumer.assign([TopicPartition(settings.marker_topic, 0, position)])
+        consumer.assign([TopicPartition(marker_topic, 0, position)])
         while True:
             message = consumer.poll(0.2)
             if message is None:
@@ -69,7 +154,7 @@ def recorded_prefix(settings: WriterSettings, timeout_s: float) -> str | None:
                     raise KafkaException(KafkaError(
                         KafkaError._TIMED_OUT,
                         f"the record of group {group!r} at offset {position} of "
-                        f"{settings.marker_topic!r} was not read within {timeout_s:g} s",
+                        f"{marker_topic!r} was not read within {timeout_s:g} s",
                     ))  # fmt: skip
                 continue
             error = message.error()
@@ -86,6 +171,18 @@ def recorded_prefix(settings: WriterSettings, timeout_s: float) -> str | None:
             return (message.value() or b"").decode("utf-8", "replace")
     finally:
         consumer.close()
+
+
+def rights_refused(exc: BaseException) -> bool:
+    """Whether ``exc``, from reading or recording the prefix, is the broker refusing the
+    sink's principal the rights (a record on the marker topic: needed nowhere else without
+    Delta dead letters), which is warned, not refused."""
+    from confluent_kafka import KafkaException
+
+    from fanout_kafka.renamed import read_error_is_unauthorized
+
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return error is not None and hasattr(error, "code") and read_error_is_unauthorized(error)
 
 
 def record_prefix(settings: WriterSettings, timeout_s: float) -> None:
@@ -119,4 +216,11 @@ def record_prefix(settings: WriterSettings, timeout_s: float) -> None:
     commit_offset(ADMINS.client(config), settings.marker_topic, group, int(offset), timeout_s)
 
 
-__all__ = ["ids_group", "record_prefix", "recorded_prefix"]
+__all__ = [
+    "ids_group",
+    "newest_earlier_record",
+    "prefix_in_scope",
+    "record_prefix",
+    "recorded_prefix",
+    "rights_refused",
+]

@@ -311,6 +311,9 @@ class KafkaSink(PartitionedSink):
             elif cluster.check_topic(topic, option, topic_spec) is not None:
                 self._to_create.append((topic, option))
         self._check_transaction_timeout(cluster)
+        if context.checking and context.readiness:  # fanout validate (not recover): what
+            # a run would fail on only mid-stream
+            self._check_readiness(cluster, [(topic, option) for topic, option, _, _ in topics])
         self._warn_marker_retention(cluster)
         broker_limit = _topic_limit(cluster, self.topic, spec)
         if self.max_record_bytes is None:
@@ -324,6 +327,22 @@ class KafkaSink(PartitionedSink):
             "%r, records up to %d bytes",
             self.name, self.topic, self.bootstrap_servers, self.partitions,
             self.transactional_id_prefix, self.marker_topic, self.max_record_bytes,
+        )  # fmt: skip
+
+    def _check_readiness(self, cluster: Any, topics: list[tuple[str, str]]) -> None:
+        """``fanout validate``'s checks beyond a run's ``open()``
+        (:mod:`fanout_kafka.readiness`): the topics' partitions have leaders, the
+        principal's rights on them where the broker says, and a transactional producer of
+        the sink's prefix initialises."""
+        from fanout_kafka.readiness import check_partitions, check_topic_rights, check_transactions
+
+        for topic, option in topics:
+            check_partitions(cluster, topic, option)
+        check_topic_rights(cluster, self.producer, topics)
+        check_transactions(
+            self.name, str(self.bootstrap_servers), self.producer,
+            str(self.transactional_id_prefix), self.transaction_timeout_ms,
+            self.open_timeout_s, self._end_turns,
         )  # fmt: skip
 
     def _cap_batch_size(self, cluster: Any, topic_limit: int) -> None:
@@ -695,17 +714,30 @@ class KafkaSink(PartitionedSink):
         """Fence the ids of the prefix the sink last recorded in its scope when it is not
         the one it uses now (``transactional_id_prefix`` changed since), and record this
         one (:mod:`fanout_kafka.former_ids`): one offset read, one record read when one
-        was recorded, one record and one commit when it changed; once per ``open()``.
+        was recorded, one record and one commit when it changed; once per ``open()``. In
+        a new epoch's scope with no record yet, the newest earlier epoch's record is read
+        too (a prefix changed together with a checkpoint reset, or two).
 
         :raises fanout.TransientSinkError: when the record cannot be read or written.
         """
         from confluent_kafka import KafkaException
 
-        from fanout_kafka.former_ids import record_prefix, recorded_prefix
-        from fanout_kafka.renamed import read_error_is_unauthorized
+        from fanout_kafka.former_ids import (
+            newest_earlier_record,
+            record_prefix,
+            recorded_prefix,
+            rights_refused,
+        )
 
         try:
-            former = recorded_prefix(settings, self.open_timeout_s)
+            here = former = recorded_prefix(settings, self.open_timeout_s)
+            epoch = settings.info.epoch if settings.info is not None else 0
+            if here is None and epoch > 0:  # a new epoch's first: the newest earlier record
+                found = newest_earlier_record(settings, epoch, self.open_timeout_s)
+                former = None if found is None else found[1]
+                if found is not None and former != settings.transactional_id_prefix:
+                    before = replace(settings, scope=found[0])
+                    span = max(span, self._recorded_span(before))  # its ids, not this scope's
             if former is not None and former != settings.transactional_id_prefix:
                 log.info(
                     "sink %r: transactional_id_prefix was %r in the last run (now %r): its "
@@ -713,11 +745,10 @@ class KafkaSink(PartitionedSink):
                     settings.transactional_id_prefix,
                 )  # fmt: skip
                 fence_legacy_transactions(settings, former, span, batch_id)
-            if former != settings.transactional_id_prefix:
+            if here != settings.transactional_id_prefix:
                 record_prefix(settings, self.open_timeout_s)
         except (KafkaException, TimeoutError) as exc:
-            error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-            if error is not None and hasattr(error, "code") and read_error_is_unauthorized(error):
+            if rights_refused(exc):
                 # rights the sink needs nowhere else (a record on the marker topic): warned,
                 # as before this check; refusing would stop every run's first batch
                 log.warning(
@@ -734,6 +765,16 @@ class KafkaSink(PartitionedSink):
                 f"{redact(str(exc), self.secret_values())}",
                 sink=self.name, batch_id=batch_id,
             ) from exc  # fmt: skip
+
+    def _recorded_span(self, settings: WriterSettings) -> int:
+        """The partition span recorded in ``settings.scope`` (0 when none: one request)."""
+        from fanout_kafka.markers import span_group
+        from fanout_kafka.membership import read_offsets
+
+        config = admin_config(self.producer, str(self.bootstrap_servers))
+        group = span_group(settings.scope, settings.sink)
+        (span,) = read_offsets(config, settings.marker_topic, [group], self.open_timeout_s)
+        return max(span, 0)
 
     def _partition_span(self, settings: WriterSettings, partitions: int, batch_id: int) -> int:
         """The partitions whose markers the driver reads (and whose transactional ids it

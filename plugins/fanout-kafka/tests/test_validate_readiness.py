@@ -1,0 +1,138 @@
+"""``fanout validate`` of a Kafka sink checks what a run would otherwise fail on only at
+its first batch, or mid-stream (:mod:`fanout_kafka.readiness`), against the real broker:
+the brokers reachable, the topic there (or creatable), the transactional producer
+initialising, without disturbing a pipeline running on the same ids. (Tansu has no ACLs:
+the rights refusals are covered in ``test_readiness_refusals.py``.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from fanout_kafka import KafkaSink
+from fanout_kafka.embedded import free_port
+from kafka_log import committed_values
+from kafkatools import Broker
+
+from fanout.contract.sink import SinkContext
+from tests.in_process_cli import Cli
+from tests.integration.checklist import validate
+
+
+def _sinks(bootstrap: str, topic: str) -> str:
+    """The pipeline file's one ``[[sinks]]`` table: sink ``events`` on ``topic``."""
+    options = {"type": "kafka", "name": "events", "bootstrap_servers": bootstrap,
+               "topic": topic, "key": "id", "marker_topic": f"{topic}-markers",
+               "open_timeout_s": 2}  # fmt: skip
+    return "[[sinks]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in options.items())
+
+
+def _transaction_left_open(kafka: Broker, topic: str, transactional_id: str) -> Producer:
+    """A producer of ``transactional_id`` in the middle of a transaction (one record)."""
+    producer = Producer(
+        {"bootstrap.servers": kafka.bootstrap, "transactional.id": transactional_id}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, transactional_id.encode(), b"k")
+    assert producer.flush(30) == 0
+    return producer
+
+
+def test_validate_names_a_port_no_broker_listens_on(
+    spark: Any, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    bootstrap = f"127.0.0.1:{free_port()}"
+    validated = validate(tmp_path, "id LONG", _sinks(bootstrap, "t"),
+                         fanout_cli)  # fmt: skip
+    assert validated.code == 1  # a target out of reach, as `fanout run` exits for it
+    assert validated.lines[3] == "  OK    sink events: options"
+    # exact but for librdkafka's own clauses: its timing, an "identical error(s)
+    # suppressed" count, and its count of brokers down when the check gave up
+    cause = f"{bootstrap}/bootstrap: Connect to ipv4#{bootstrap} failed: Connection refused (after "
+    expected = (
+        re.escape(
+            f"  FAIL  sink events: opens its target: sink 'events': cannot reach the Kafka "
+            f"brokers at {bootstrap!r} within 2 s ({cause}"
+        )
+        + r"\d+ms in state CONNECT[^)]*\)(; \d+/\d+ brokers are down)?"
+        + re.escape(
+            "); check 'bootstrap_servers', the network, and the security settings in "
+            "'producer' (security.protocol, sasl.*, ssl.*), and that the brokers run"
+        )
+    )
+    assert re.fullmatch(expected, validated.lines[4]), validated.lines[4]
+    assert validated.lines[5:] == []  # no schema check of a target that did not open
+
+
+def test_validate_names_a_missing_topic_it_may_not_create(
+    spark: Any, kafka: Broker, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    topic = f"missing-{uuid.uuid4().hex[:8]}"
+    validated = validate(tmp_path, "id LONG", _sinks(kafka.bootstrap, topic),
+                         fanout_cli)  # fmt: skip
+    assert validated.code == 2
+    assert validated.lines[3:] == [
+        "  OK    sink events: options",
+        f"  FAIL  sink events: opens its target: Kafka sink 'events': topic {topic!r} (option "
+        f"'topic') does not exist on {kafka.bootstrap!r}; create it (kafka-topics.sh --create "
+        "...) or set the option create_topic: true, or {partitions: N, replication_factor: R}",
+    ]
+
+
+def test_validate_initialises_a_transactional_producer_of_its_own_id(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """The check passes on the broker, and a run's producer of the same prefix, in the
+    middle of its transaction, is not fenced by it: validate's id is ``<prefix>#validate``."""
+    pipeline = f"rd{uuid.uuid4().hex[:6]}"
+    running = _transaction_left_open(kafka, topic, f"fanout/{pipeline}/events-0")
+
+    validated = validate(tmp_path, "id LONG", _sinks(kafka.bootstrap, topic),
+                         fanout_cli, name=pipeline)  # fmt: skip
+    assert validated.lines[3:] == [
+        "  OK    sink events: options",
+        "  OK    sink events: opens its target",
+        f"  INFO  sink events: would create topic '{topic}-markers' (option 'marker_topic') "
+        "with 1 partition(s)",
+        "  OK    sink events: target takes the routed schema",
+        "  sink events: KafkaSink, transactional",
+    ]
+    assert validated.code == 0, validated.err
+    running.commit_transaction(30)  # not fenced
+    assert committed_values(kafka.bootstrap, topic) == [f"fanout/{pipeline}/events-0".encode()]
+
+
+def test_open_checking_initialises_the_validate_id_only(kafka: Broker, topic: str) -> None:
+    """The sink opened as ``fanout validate`` opens it: the transactional id it initialises
+    is ``<prefix>#validate`` (a producer of it initialised before is fenced), no other."""
+    prefix = f"rd-{uuid.uuid4().hex[:6]}"
+    earlier = _transaction_left_open(kafka, topic, f"{prefix}#validate")
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
+                     transactional_id_prefix=prefix, marker_topic=f"{topic}-markers",
+                     create_topic=True)  # fmt: skip
+    sink.open(SinkContext("p", checking=True, readiness=True))
+    sink.close()
+    with pytest.raises(KafkaException):  # fenced (Tansu: its commit is not answered)
+        earlier.commit_transaction(10)
+    assert committed_values(kafka.bootstrap, topic) == []
+
+
+def test_recover_opens_without_the_validate_producer(kafka: Broker, topic: str) -> None:
+    """``fanout recover --config`` opens the sink with ``checking`` only (it asks
+    ``holds_batch``, and must pass on a principal that may not write): no transactional id
+    is initialised, so a producer of ``<prefix>#validate`` mid-transaction still commits."""
+    prefix = f"rd-{uuid.uuid4().hex[:6]}"
+    earlier = _transaction_left_open(kafka, topic, f"{prefix}#validate")
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
+                     transactional_id_prefix=prefix, marker_topic=f"{topic}-markers",
+                     create_topic=True)  # fmt: skip
+    sink.open(SinkContext("p", checking=True))  # as fanout.app.recover_sinks opens it
+    sink.close()
+    earlier.commit_transaction(30)  # not fenced
+    assert committed_values(kafka.bootstrap, topic) == [f"{prefix}#validate".encode()]
