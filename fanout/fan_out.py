@@ -863,18 +863,35 @@ class FanOut:
                 self.stop_gate.close()
             self.stop_gate.enter(batch_id)  # refused once a stop was requested
             try:
+                self._refuse_if_closed_here(batch_id)
                 self.process(batch_df, self._context.read(batch_df, batch_id))  # 1. context
             finally:
                 self.stop_gate.leave()
         except BaseException:
-            self._close_if_built_here()
+            self._close_if_built_here(batch_id)
             raise
 
-    def _close_if_built_here(self) -> None:
+    def _close_if_built_here(self, batch_id: int) -> None:
         """Close a ``FanOut`` built from its pickle (:meth:`_build`) whose batch failed or
         was refused: its query ends with the error, and nothing else would close it."""
-        if self.__dict__.get("_built_here", False):
+        if self.__dict__.get("_built_here", False) and not self._closed:
+            self._closed_at = batch_id
             self.close()
+
+    def _refuse_if_closed_here(self, batch_id: int) -> None:
+        """Refuse a batch handed to a ``FanOut`` built from its pickle that a failed batch
+        closed (a runtime retrying the function in the same process): its sinks are closed
+        and released, its catch-up stopped; only a new one, built by the query's restart,
+        may write."""
+        failed = self.__dict__.get("_closed_at")
+        if failed is None:
+            return
+        raise FanoutError(
+            f"pipeline {self.pipeline!r}, batch {batch_id}: refused, this FanOut (built from "
+            f"its pickle, as under Spark Connect) was closed when batch {failed} failed, its "
+            f"sinks with it; nothing of batch {batch_id} was written. Restart the query: the "
+            f"restart builds a new FanOut from the pickle and runs batch {failed} again"
+        )
 
     def request_stop(self, query: Any = None) -> int | None:
         """Ask this ``FanOut`` to run no further batch, before stopping its query

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pyspark import cloudpickle
 
-from fanout import BatchFailedError, FanOut, StopRequestedError
+from fanout import BatchFailedError, FanOut, FanoutError, StopRequestedError
 from fanout.contract.batch import Batch
 from fanout.contract.sink import SinkResult
 from fanout.errors import SinkWriteError
@@ -115,3 +115,35 @@ def test_the_fan_out_built_from_its_pickle_is_closed_as_its_process_exits(
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[0]\n"
     assert note.read_text() == "closed\n"
+
+
+def test_the_fan_out_closed_by_a_failed_batch_refuses_a_further_batch(tmp_path: Path) -> None:
+    """Closed by batch 1's failure (its sinks closed and released, its catch-up stopped),
+    the same object called again (a runtime that retries the function, or sends the next
+    batch to the same process) refuses the batch before anything of it: it wrote batch 1's
+    retry with its closed sink before. Nothing written, nothing marked; a batch still
+    refused as a stop when the stop gate had refused one."""
+    built = _built(tmp_path, ClosingSink("rec", fail_on=(1,)))
+    travelled = built.sinks["rec"]
+    with pytest.raises(BatchFailedError):
+        built(FakeFrame(), 1)
+    travelled.fail_on = ()  # the target is back: the retry would go through
+    for batch in (1, 2):
+        with pytest.raises(FanoutError) as refused:
+            built(FakeFrame(), batch)
+        assert type(refused.value) is FanoutError
+        assert str(refused.value) == (
+            f"pipeline 'closing', batch {batch}: refused, this FanOut (built from its "
+            "pickle, as under Spark Connect) was closed when batch 1 failed, its sinks with "
+            f"it; nothing of batch {batch} was written. Restart the query: the restart "
+            "builds a new FanOut from the pickle and runs batch 1 again"
+        )
+    assert sorted(travelled.batches) == [0] and travelled.closes == 1
+    assert built.ledger.lookup("closing", ["rec"]).marks == {"rec": 0}
+
+    stopped = _built(tmp_path / "stop", ClosingSink("rec"))
+    stopped.request_stop()
+    for batch in (1, 2):
+        with pytest.raises(StopRequestedError):
+            stopped(FakeFrame(), batch)
+    assert sorted(stopped.sinks["rec"].batches) == [0]
