@@ -143,10 +143,14 @@ def test_the_fan_out_runs_under_spark_connect_with_a_partial_failure_and_replay(
         refused == "True" and refusal.format(4) in error
     ), stops[3]
     assert stops[4] == "STOP COMMITS 2 [0, 1, 2, 3]", stops
-    # closed when batch 4 was refused; without it query.stop() killed the process, which
-    # closes nothing (docs/architecture.md §15)
-    closed = ", 'close'" if refused == "True" else ""
-    assert stops.pop(5) == f"STOP SERVER 2 ['open'{closed}]", stops
+    # closed when batch 4 was refused (before its error went back to the server); without
+    # it query.stop() ends the process: killed, it closes nothing; ended on its own first
+    # (its socket closed), its atexit closes it. Which comes first is Spark's timing (§15)
+    server = stops.pop(5)
+    if refused == "True":
+        assert server == "STOP SERVER 2 ['open', 'close']", stops
+    else:
+        assert server in ("STOP SERVER 2 ['open']", "STOP SERVER 2 ['open', 'close']"), stops
     assert len(stops) == 5, stops
     # batches 0-3, once each over the stop and the restart (batch 2, refused in run 1,
     # written by run 2), with their values; batch 4 not begun or refused; one mark each
