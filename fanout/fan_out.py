@@ -873,10 +873,19 @@ class FanOut:
 
     def _close_if_built_here(self, batch_id: int) -> None:
         """Close a ``FanOut`` built from its pickle (:meth:`_build`) whose batch failed or
-        was refused: its query ends with the error, and nothing else would close it."""
+        was refused: its query ends with the error, and nothing else would close it. A
+        failing close is logged, not raised: the batch's own error goes back to the query
+        (a refusal must still read as a stop)."""
         if self.__dict__.get("_built_here", False) and not self._closed:
             self._closed_at = batch_id
-            self.close()
+            try:
+                self.close()
+            except Exception:
+                log.exception(
+                    "pipeline %s, batch %s: this FanOut (built from its pickle) could not be "
+                    "closed after the batch failed; the batch's own error goes back to the query",
+                    self.pipeline, batch_id, extra=batch_fields(self.pipeline, batch_id),
+                )  # fmt: skip
 
     def _refuse_if_closed_here(self, batch_id: int) -> None:
         """Refuse a batch handed to a ``FanOut`` built from its pickle that a failed batch

@@ -147,3 +147,26 @@ def test_the_fan_out_closed_by_a_failed_batch_refuses_a_further_batch(tmp_path: 
         with pytest.raises(StopRequestedError):
             stopped(FakeFrame(), batch)
     assert sorted(stopped.sinks["rec"].batches) == [0]
+
+
+def test_a_close_that_fails_leaves_the_batchs_own_error_to_the_query(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The query ends with the batch's error (a refusal must stay a stop: fanout run and
+    ``is_stop_refusal`` read it), not with one of the close it set off: that is logged."""
+    stopped = _built(tmp_path, ClosingSink("rec"))
+
+    def broken() -> None:
+        raise RuntimeError("the catch-up would not stop")
+
+    stopped.catchup.stop = broken  # type: ignore[method-assign]
+    stopped.request_stop()
+    with pytest.raises(StopRequestedError) as refused:
+        stopped(FakeFrame(), 1)
+    assert (refused.value.pipeline, refused.value.batch_id) == ("closing", 1)
+    failed = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [r.getMessage() for r in failed] == [
+        "pipeline closing, batch 1: this FanOut (built from its pickle) could not be closed "
+        "after the batch failed; the batch's own error goes back to the query"
+    ]
+    assert failed[0].exc_info is not None and "would not stop" in str(failed[0].exc_info[1])
