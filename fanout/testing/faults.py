@@ -21,7 +21,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.partitions import PartitionCommit
@@ -50,7 +50,7 @@ class DownWhile:
     down: bool = True
     down_message: str = "the target is down"
 
-    def write(self, batch: Batch) -> Any:
+    def write(self, batch: Batch) -> SinkResult:
         """Fail while ``down``, else write as the sink type does."""
         if self.down:
             raise SinkWriteError(self.down_message, sink=batch.sink_name, batch_id=batch.batch_id)
