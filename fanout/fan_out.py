@@ -21,11 +21,13 @@ refused before anything):
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
@@ -831,6 +833,11 @@ class FanOut:
         self.__init__(  # type: ignore[misc]
             recipe.pipeline, recipe.ledger, recipe.sinks, spark=spark, **recipe.options
         )
+        # no one holds this FanOut to close it (the client's is another object): closed by
+        # __call__ when a batch fails (the query ends; so does the Connect server's
+        # foreachBatch process) and at a normal exit of that process (§15)
+        self._built_here = True
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # -- the foreachBatch entry point -------------------------------------------------
 
@@ -838,22 +845,63 @@ class FanOut:
         """Handle one micro-batch; Spark calls this with the batch DataFrame and its id.
 
         Once :meth:`request_stop` was called, raises :class:`fanout.StopRequestedError`
-        before doing anything of the batch (Spark then runs it again at the next start)."""
+        before doing anything of the batch (Spark then runs it again at the next start).
+        A ``FanOut`` built here from its pickle (under Spark Connect, beside the server)
+        closes itself before an error leaves this call: its query ends with it."""
         if "_context" not in self.__dict__:  # unpickled: build the pipeline here
             self._build(getattr(batch_df, "sparkSession", None))
-        if (
-            is_connect(batch_df)
-            and not self.stop_gate.closed
-            and stop_asked_by_client(
-                batch_df, self.pipeline, self._context.checkpoint_location, self._other_runs_stops
-            )
-        ):  # a Connect client's request_stop(query): its gate is not this one
-            self.stop_gate.close()
-        self.stop_gate.enter(batch_id)  # refused once a stop was requested
         try:
-            self.process(batch_df, self._context.read(batch_df, batch_id))  # 1. context
-        finally:
-            self.stop_gate.leave()
+            if (
+                is_connect(batch_df)
+                and not self.stop_gate.closed
+                and stop_asked_by_client(
+                    batch_df,
+                    self.pipeline,
+                    self._context.checkpoint_location,
+                    self._other_runs_stops,
+                )
+            ):  # a Connect client's request_stop(query): its gate is not this one
+                self.stop_gate.close()
+            self.stop_gate.enter(batch_id)  # refused once a stop was requested
+            try:
+                self._refuse_if_closed_here(batch_id)
+                self.process(batch_df, self._context.read(batch_df, batch_id))  # 1. context
+            finally:
+                self.stop_gate.leave()
+        except BaseException:
+            self._close_if_built_here(batch_id)
+            raise
+
+    def _close_if_built_here(self, batch_id: int) -> None:
+        """Close a ``FanOut`` built from its pickle (:meth:`_build`) whose batch failed or
+        was refused: its query ends with the error, and nothing else would close it. A
+        failing close is logged, not raised: the batch's own error goes back to the query
+        (a refusal must still read as a stop)."""
+        if self.__dict__.get("_built_here", False) and not self._closed:
+            self._closed_at = batch_id
+            try:
+                self.close()
+            except Exception:
+                log.exception(
+                    "pipeline %s, batch %s: this FanOut (built from its pickle) could not be "
+                    "closed after the batch failed; the batch's own error goes back to the query",
+                    self.pipeline, batch_id, extra=batch_fields(self.pipeline, batch_id),
+                )  # fmt: skip
+
+    def _refuse_if_closed_here(self, batch_id: int) -> None:
+        """Refuse a batch handed to a ``FanOut`` built from its pickle that a failed batch
+        closed (a runtime retrying the function in the same process): its sinks are closed
+        and released, its catch-up stopped; only a new one, built by the query's restart,
+        may write."""
+        failed = self.__dict__.get("_closed_at")
+        if failed is None:
+            return
+        raise FanoutError(
+            f"pipeline {self.pipeline!r}, batch {batch_id}: refused, this FanOut (built from "
+            f"its pickle, as under Spark Connect) was closed when batch {failed} failed, its "
+            f"sinks with it; nothing of batch {batch_id} was written. Restart the query: the "
+            f"restart builds a new FanOut from the pickle and runs batch {failed} again"
+        )
 
     def request_stop(self, query: Any = None) -> int | None:
         """Ask this ``FanOut`` to run no further batch, before stopping its query
@@ -1594,3 +1642,10 @@ def _same_kind(
         return error_with_text(type(error), text, **fields)
 
     return rebuild
+
+
+def _close_at_exit(fan: weakref.ref[FanOut]) -> None:
+    """Close a ``FanOut`` built from its pickle, if still alive, as its process exits."""
+    built = fan()
+    if built is not None:
+        built.close()

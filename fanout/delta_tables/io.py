@@ -466,6 +466,8 @@ def latest_version(table: DeltaTable) -> int:
     binding's own call (the Python class does not expose it), which lists the log from the
     snapshot's version on; when it cannot (no such binding call, or the log cleaned up past
     the snapshot's version: "Invalid table version"), the version of a fresh snapshot."""
+    # private on purpose: delta-rs 1.x (checked 1.6.6 and its main) has no public call for
+    # the newest version but a fresh load of the whole snapshot, nor one for the options
     latest = getattr(getattr(table, "_table", None), "get_latest_version", None)
     if latest is not None:
         try:

@@ -10,6 +10,8 @@ no test-only branches): the one place the suite's killers live, shipped for plug
 - :class:`VetoOnce` aborts one partition's first commit with a transient error.
 - :class:`MarkLost` is a ledger that loses a sink's marks (the driver died after the
   sink wrote).
+- :class:`DownWhile` makes a sink's target down (every write fails) while its ``down``
+  holds: a sink left behind, to lag or to catch up once ``down`` is set false.
 
 Executors import this module by name (fanout is installed there): nothing to ship.
 """
@@ -24,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from fanout.contract.batch import BatchInfo
+from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.partitions import PartitionCommit
 from fanout.contract.sink import SinkResult
-from fanout.errors import TransientSinkError
+from fanout.errors import SinkWriteError, TransientSinkError
 from fanout.hooks.specs import hookimpl
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
@@ -36,6 +38,26 @@ KILL_EXIT_CODE = 137
 """What a process killed by :class:`KillAt` reports: 128 + 9, like a SIGKILL."""
 
 Point = Literal["batch_start", "sink_done", "batch_end", "partition_committed"]
+
+
+class DownWhile:
+    """Mixed in before a sink type (``class DownDelta(DownWhile, DeltaSink): ...``), its
+    ``write`` raises :class:`~fanout.errors.SinkWriteError` (final: not retried) naming the
+    sink and the batch while ``down`` holds, and writes as the sink type once it is set
+    false: a target down from the start, to lag (``on_failure="lag"``) or be caught up.
+    Only ``write`` is down: ``open``, ``holds_batch`` and the rest answer as the sink's.
+
+    ``down`` is an attribute of the instance (``sink.down = False``), true to begin with;
+    ``down_message`` is what the error says (set it on the subclass or the instance)."""
+
+    down: bool = True
+    down_message: str = "the target is down"
+
+    def write(self, batch: Batch) -> SinkResult:
+        """Fail while ``down``, else write as the sink type does."""
+        if self.down:
+            raise SinkWriteError(self.down_message, sink=batch.sink_name, batch_id=batch.batch_id)
+        return super().write(batch)  # type: ignore[misc]
 
 
 class KillAt:

@@ -15,7 +15,8 @@ in a Python process beside the server. Prints lines the test reads:
 - ``REFUSED <message, lines joined>``: a second query, whose Kafka key is computed with
   ``rand()``, refused before writing (the determinism check on the server's plan text);
 - ``STOP <what>``: a third query with a backlog (one file a batch), stopped from the client
-  while a batch is inside fanout's call (:func:`client_stops`).
+  while a batch is inside fanout's call (:func:`client_stops`); ``STOP SERVER <run>
+  <events>``: what the ``FanOut`` built beside the server did to its sinks (opened, closed).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo, for te
 
 from fanout import FanOut, hookimpl
 from fanout.contract.partitions import PartitionCommit
+from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError, SinkWriteError
+from fanout.testing import RecordingSink
 from tests.chaos.chaos_driver import sinks
 from tests.integration.streams import SCHEMA, run_stream, write_input
 
@@ -78,6 +81,38 @@ class HoldAt:
             if time.monotonic() > deadline:
                 return
             time.sleep(0.05)
+
+
+class NotedSink(RecordingSink):
+    """Appends ``open <pid>`` and ``close <pid>`` to the file ``note`` as it is opened and
+    closed: the client's ``FanOut`` and the one built beside the server (another process)
+    each open their copy."""
+
+    def __init__(self, name: str, note: str) -> None:
+        super().__init__(name)
+        self.note = note
+
+    def _say(self, what: str) -> None:
+        with open(self.note, "a") as out:
+            out.write(f"{what} {os.getpid()}\n")
+
+    def open(self, context: SinkContext) -> None:
+        """Note it, then open."""
+        self._say("open")
+        super().open(context)
+
+    def close(self) -> None:
+        """Note it, then close."""
+        self._say("close")
+        super().close()
+
+
+def server_events(note: Path) -> list[str]:
+    """What the processes other than this one (the server's ``FanOut``) noted, in order;
+    the note emptied."""
+    lines = note.read_text().splitlines() if note.exists() else []
+    note.write_text("")
+    return [line.split()[0] for line in lines if line.split()[1] != str(os.getpid())]
 
 
 def connect_session() -> Any:
@@ -224,9 +259,11 @@ def client_stops(spark: Any, workdir: Path) -> None:
     checkpoint = root / "checkpoint"
     lake = {"type": "delta", "name": "lake", "path": str(root / "lake"),
             "write_from": "executors"}  # fmt: skip
+    note = root / "opened-closed"
 
     def start(hold: int) -> tuple[FanOut, Any]:
-        fan = FanOut("connect-stop", str(root / "ledger"), [lake],
+        noted = NotedSink("noted", str(note))
+        fan = FanOut("connect-stop", str(root / "ledger"), [lake, noted],
                      plugins=[HoldAt(str(root), hold)], retries=0,
                      checkpoint_location=str(checkpoint))  # fmt: skip
         stream = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
@@ -256,6 +293,7 @@ def client_stops(spark: Any, workdir: Path) -> None:
     _timing(spark, query)
     fan.close()
     print(f"STOP COMMITS 1 {_committed(checkpoint)}", flush=True)
+    print(f"STOP SERVER 1 {server_events(note)}", flush=True)
 
     # 2. the restart writes batch 2; stop_query(query) while batch 3 is inside: it waits
     # for batch 3, then stops the query
@@ -277,6 +315,7 @@ def client_stops(spark: Any, workdir: Path) -> None:
     _timing(spark, query)
     fan.close()
     print(f"STOP COMMITS 2 {_committed(checkpoint)}", flush=True)
+    print(f"STOP SERVER 2 {server_events(note)}", flush=True)
     print(f"TIMING the stop phase took {time.monotonic() - began:.0f} s", flush=True)
 
 

@@ -9,9 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from fanout import SinkWriteError
-from fanout.contract.sink import Batch, SinkResult
 from fanout.testing import RecordingSink
+from fanout.testing.faults import DownWhile
 
 SCHEMA = "order_id LONG, customer STRING, amount DOUBLE, status STRING"
 STATUSES = ("new", "paid", "shipped")
@@ -148,14 +147,9 @@ def stopped_postgres(root: Path, database: str) -> tuple[Any, str]:
     return server, url
 
 
-class DownSink(RecordingSink):
+class DownSink(DownWhile, RecordingSink):
     """A recording sink whose target is down while ``down`` holds."""
 
     def __init__(self, name: str, *, down: bool) -> None:
         super().__init__(name)
         self.down = down
-
-    def write(self, batch: Batch) -> SinkResult:
-        if self.down:
-            raise SinkWriteError("the target is down", sink=self.name, batch_id=batch.batch_id)
-        return super().write(batch)

@@ -151,6 +151,25 @@ def _line(out: str, start: str) -> str:
     return found[0]
 
 
+def _pg_behind(out: str, tmp_path: Path, ended: str, backlog: str) -> list[str]:
+    """The run's message that it ended (``ended``) with sink pg behind by ``backlog``
+    (unreachable, its batches in the spool, the next run writing them first), checked; the
+    lines after it."""
+    lines = out.splitlines()
+    first = lines.index(f"pipeline 'avnow': the run ended with 1 sink(s) behind {ended}:")
+    said = lines[first + 1]
+    assert said.startswith(f"  - pg: {backlog} in the spool); its last error: "), said
+    assert "SinkUnreachableError: sink 'pg': cannot open: OperationalError" in said
+    assert lines[first + 2] == (
+        f"Nothing is lost: the spool at {tmp_path}/spool keeps those batches (a backfill "
+        "source the ones it holds), and the next run of this pipeline writes them to "
+        "each sink first, in batch order and exactly once, before its live batches. Fix the "
+        f"sink(s), then run again; `fanout status --ledger {tmp_path}/ledger --pipeline avnow "
+        f"--spool {tmp_path}/spool` shows how far behind they are."
+    )
+    return lines[first + 3 :]
+
+
 def test_postgres_back_before_the_run_ends_gets_every_batch_and_exit_0(
     tmp_path: Path, server: tuple[Any, str]
 ) -> None:
@@ -206,21 +225,7 @@ def test_postgres_down_to_the_end_exits_3_naming_the_batches_and_the_next_run_de
     assert _line(out, "final catch-up: pg misses") == (
         "final catch-up: pg misses batch 0 (1 batch(es)); writing them before the run ends"
     )
-    lines = out.splitlines()
-    first = lines.index(
-        "pipeline 'avnow': the run ended with 1 sink(s) behind after a final catch-up:"
-    )
-    assert lines[first + 1].startswith(
-        "  - pg: batch 0 (1 batch(es), 80 row(s) in the spool); its last error: "
-    ), lines[first + 1]
-    assert "SinkUnreachableError: sink 'pg': cannot open: OperationalError" in lines[first + 1]
-    assert lines[first + 2] == (
-        f"Nothing is lost: the spool at {tmp_path}/spool keeps those batches (a backfill "
-        "source the ones it holds), and the next run of this pipeline writes them to "
-        "each sink first, in batch order and exactly once, before its live batches. Fix the "
-        f"sink(s), then run again; `fanout status --ledger {tmp_path}/ledger --pipeline avnow "
-        f"--spool {tmp_path}/spool` shows how far behind they are."
-    )
+    _pg_behind(out, tmp_path, "after a final catch-up", "batch 0 (1 batch(es), 80 row(s)")
     assert "pipeline 'avnow' finished" not in out
     assert versions(delta_rows(tmp_path / "lake")) == versions(rows)
     marks = committed_marks(tmp_path / "ledger", "avnow")
@@ -288,24 +293,9 @@ def test_a_sigterm_stop_with_postgres_behind_exits_3_and_a_restart_with_no_new_d
 
     assert code == 3, out[-4000:]
     assert _stop_line(out) == "SIGTERM: stopped between batches; last committed batch 2"
-    lines = out.splitlines()
-    first = lines.index(
-        "pipeline 'avnow': the run ended with 1 sink(s) behind (stopped by SIGTERM: no final "
-        "catch-up):"
-    )
-    assert lines[first + 1].startswith(
-        "  - pg: batches 0 to 2 (3 batch(es), 60 row(s) in the spool); its last error: "
-    ), lines[first + 1]
-    assert "SinkUnreachableError: sink 'pg': cannot open: OperationalError" in lines[first + 1]
-    assert lines[first + 2] == (
-        f"Nothing is lost: the spool at {tmp_path}/spool keeps those batches (a backfill "
-        "source the ones it holds), and the next run of this pipeline writes them to "
-        "each sink first, in batch order and exactly once, before its live batches. Fix the "
-        f"sink(s), then run again; `fanout status --ledger {tmp_path}/ledger --pipeline avnow "
-        f"--spool {tmp_path}/spool` shows how far behind they are."
-    )
-    assert lines[first + 3 :] == []
-    assert not [line for line in lines if line.startswith("final catch-up: ")], out
+    ended = "(stopped by SIGTERM: no final catch-up)"
+    assert _pg_behind(out, tmp_path, ended, "batches 0 to 2 (3 batch(es), 60 row(s)") == []
+    assert not [line for line in out.splitlines() if line.startswith("final catch-up: ")], out
     assert "pipeline 'avnow' finished" not in out
     assert committed_marks(tmp_path / "ledger", "avnow") == Counter(
         {("lake", b): 1 for b in range(3)}

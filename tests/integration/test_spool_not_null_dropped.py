@@ -14,10 +14,8 @@ from typing import Any
 from fanout_delta import DeltaSink
 
 from fanout import BatchInfo, FanOut
-from fanout.contract.batch import Batch
-from fanout.contract.sink import SinkResult
-from fanout.errors import SinkWriteError
 from fanout.sink_spec import SinkSpec, lag_policy
+from fanout.testing.faults import DownWhile
 
 SHAPES = [
     "SELECT id, CAST(id * 2 AS INT) AS a",  # a NOT NULL, as id
@@ -26,15 +24,10 @@ SHAPES = [
 ]
 
 
-class _DownDelta(DeltaSink):
+class _DownDelta(DownWhile, DeltaSink):
     """The Delta sink whose storage is down while ``down`` holds."""
 
-    down = True
-
-    def write(self, batch: Batch) -> SinkResult:
-        if self.down:
-            raise SinkWriteError("the storage is down", sink=self.name, batch_id=batch.batch_id)
-        return super().write(batch)
+    down_message = "the storage is down"
 
 
 def test_a_not_null_column_dropped_while_a_delta_sink_lags_reaches_it_as_written_live(

@@ -618,6 +618,26 @@ class AtLeastOnceSink(ScriptedSink):
     guarantees: ClassVar = ("at_least_once",)
 
 
+class Refused(ScriptedSink):
+    """A sink holding the secret ``Op3n-S3cret`` whose ``open()`` raises ``error``."""
+
+    def __init__(self, name: str, error: Exception) -> None:
+        super().__init__(name)
+        self.error = error
+
+    def secret_values(self) -> list[str]:
+        return ["Op3n-S3cret"]
+
+    def open(self, context: Any) -> None:
+        raise self.error
+
+
+def _caused(error: Exception, cause: Exception) -> Exception:
+    """``error`` as ``raise error from cause`` leaves it."""
+    error.__cause__ = cause
+    return error
+
+
 def test_at_least_once_sink_warns_at_construction(
     memory_ledger: MemoryLedger, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -633,15 +653,8 @@ def test_at_least_once_sink_warns_at_construction(
 def test_open_raising_with_the_sinks_secret_masks_it_and_cuts_the_chain(
     memory_ledger: MemoryLedger,
 ) -> None:
-    class Refused(ScriptedSink):
-        def secret_values(self) -> list[str]:
-            return ["Op3n-S3cret"]
-
-        def open(self, context: Any) -> None:
-            raise RuntimeError("login app:Op3n-S3cret refused")
-
     with pytest.raises(ConfigurationError) as raised:
-        make_fan(memory_ledger, [Refused("pg")])
+        make_fan(memory_ledger, [Refused("pg", RuntimeError("login app:Op3n-S3cret refused"))])
     assert str(raised.value) == (
         "sink 'pg': cannot open: RuntimeError: login app:*** refused (raised by Refused.open(): "
         "check the sink's options, which `fanout plugins --options TYPE` lists, and its target)"
@@ -652,15 +665,9 @@ def test_open_raising_with_the_sinks_secret_masks_it_and_cuts_the_chain(
 def test_open_raising_with_the_secret_only_in_its_cause_cuts_the_chain(
     memory_ledger: MemoryLedger,
 ) -> None:
-    class Refused(ScriptedSink):
-        def secret_values(self) -> list[str]:
-            return ["Op3n-S3cret"]
-
-        def open(self, context: Any) -> None:
-            raise RuntimeError("login refused") from OSError("password Op3n-S3cret rejected")
-
+    error = _caused(RuntimeError("login refused"), OSError("password Op3n-S3cret rejected"))
     with pytest.raises(ConfigurationError) as raised:
-        make_fan(memory_ledger, [Refused("pg")])
+        make_fan(memory_ledger, [Refused("pg", error)])
     assert str(raised.value) == (
         "sink 'pg': cannot open: RuntimeError: login refused (raised by Refused.open(): "
         "check the sink's options, which `fanout plugins --options TYPE` lists, and its target)"
@@ -671,17 +678,11 @@ def test_open_raising_with_the_secret_only_in_its_cause_cuts_the_chain(
 def test_open_raising_a_configuration_error_with_the_sinks_secret_masks_it(
     memory_ledger: MemoryLedger,
 ) -> None:
-    class Refused(ScriptedSink):
-        def secret_values(self) -> list[str]:
-            return ["Op3n-S3cret"]
-
-        def open(self, context: Any) -> None:
-            raise ConfigurationError("sink 'pg': token Op3n-S3cret refused") from OSError(
-                "401 for Op3n-S3cret"
-            )
-
+    error = _caused(
+        ConfigurationError("sink 'pg': token Op3n-S3cret refused"), OSError("401 for Op3n-S3cret")
+    )
     with pytest.raises(ConfigurationError) as raised:
-        make_fan(memory_ledger, [Refused("pg")])
+        make_fan(memory_ledger, [Refused("pg", error)])
     assert str(raised.value) == "sink 'pg': token *** refused"
     assert raised.value.__cause__ is None and raised.value.__suppress_context__
 
@@ -693,17 +694,15 @@ def test_open_raising_a_subclass_keeps_its_type_and_fields_and_masks_every_secre
     with its sink; the checkpoint location's password it quotes is masked too."""
     from fanout.errors import PartitioningError
 
-    class Refused(ScriptedSink):
-        def secret_values(self) -> list[str]:
-            return ["Op3n-S3cret"]
-
-        def open(self, context: Any) -> None:
-            raise PartitioningError(
-                "token Op3n-S3cret, checkpoint s3://ck:Ckpt-Passw0rd-77@b/c", sink="pg"
-            )
-
+    error = PartitioningError(
+        "token Op3n-S3cret, checkpoint s3://ck:Ckpt-Passw0rd-77@b/c", sink="pg"
+    )
     with pytest.raises(PartitioningError) as raised:
-        make_fan(memory_ledger, [Refused("pg")], checkpoint_location="s3://ck:Ckpt-Passw0rd-77@b/c")
+        make_fan(
+            memory_ledger,
+            [Refused("pg", error)],
+            checkpoint_location="s3://ck:Ckpt-Passw0rd-77@b/c",
+        )
     assert str(raised.value) == "sink 'pg': token ***, checkpoint s3://ck:***@b/c"
     assert raised.value.sink == "pg" and raised.value.batch_id is None
     assert raised.value.__cause__ is None and raised.value.__suppress_context__

@@ -32,6 +32,23 @@ def _spec(sink: ScriptedSink, **options: Any) -> Any:
     return SinkSpec(sink, lag=lag_policy(sink.name, {"on_failure": "lag", **options}))
 
 
+def _lagged_two_batches(ledger: Any, spool: str, **kw: Any) -> FanOut:
+    """Batches 0 and 1 (ids ``b``, ``b + 10``) through sink ``good`` and sink ``down``
+    (``on_failure="lag"``), whose every write fails: it lags both, spooled; the
+    ``FanOut`` closed after."""
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = FanOut(
+        "lagged", ledger, [ScriptedSink("good"), _spec(down)], backoff_s=0, spool=spool,
+        probe_interval_s=3600, **kw,
+    )  # fmt: skip
+    try:
+        for batch in range(2):
+            fan.process(SchemaFrame([batch, batch + 10]), BatchInfo("lagged", batch, "q"))
+    finally:
+        fan.close()
+    return fan
+
+
 def _catch_up_from_memory(fan: FanOut, frames: dict[int, SchemaFrame]) -> None:
     """The catch-up reads the spool with Spark; here it reads the frames the test kept."""
 
@@ -196,16 +213,7 @@ def test_status_shows_the_lagging_sink_and_the_spool(tmp_path: Path) -> None:
     from fanout.ledger.delta import DeltaLedger
 
     ledger = DeltaLedger(str(tmp_path / "ledger"))
-    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
-    fan = FanOut(
-        "lagged", ledger, [ScriptedSink("good"), _spec(down)], backoff_s=0,
-        spool=str(tmp_path / "spool"), probe_interval_s=3600,
-    )  # fmt: skip
-    try:
-        for batch in range(2):
-            fan.process(SchemaFrame([batch, batch + 10]), BatchInfo("lagged", batch, "q"))
-    finally:
-        fan.close()
+    fan = _lagged_two_batches(ledger, str(tmp_path / "spool"))
     text = report(ledger, "lagged", spool=str(tmp_path / "spool"))
     lines = {line.split()[1]: line for line in text.splitlines()[2:4]}
     assert lines["down"].split()[2:5] == ["lagging", "2", "batches"]
@@ -231,16 +239,7 @@ def test_status_watch_opens_the_spool_index_once_per_draw(
     from fanout.ledger.delta import DeltaLedger
 
     ledger, spool = DeltaLedger(str(tmp_path / "ledger")), str(tmp_path / "spool")
-    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
-    fan = FanOut(
-        "lagged", ledger, [ScriptedSink("good"), _spec(down)], backoff_s=0, spool=spool,
-        probe_interval_s=3600,
-    )  # fmt: skip
-    try:
-        for batch in range(2):
-            fan.process(SchemaFrame([batch, batch + 10]), BatchInfo("lagged", batch, "q"))
-    finally:
-        fan.close()
+    _lagged_two_batches(ledger, spool)
     opened: list[str] = []
     open_index = spool_table.open_index
 
@@ -273,16 +272,7 @@ def test_status_watch_reads_the_spool_index_once_per_draw_footer_included(
     from fanout.ledger.delta import DeltaLedger
 
     ledger, spool = DeltaLedger(str(tmp_path / "ledger")), str(tmp_path / "spool")
-    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
-    fan = FanOut(
-        "lagged", ledger, [ScriptedSink("good"), _spec(down)], backoff_s=0, spool=spool,
-        probe_interval_s=3600,
-    )  # fmt: skip
-    try:
-        for batch in range(2):
-            fan.process(SchemaFrame([batch, batch + 10]), BatchInfo("lagged", batch, "q"))
-    finally:
-        fan.close()
+    _lagged_two_batches(ledger, spool)
     held = spool_table.Spool(spool, "lagged")
     held.open()
     batches, rows, size = held.size()
@@ -313,14 +303,7 @@ def test_metrics_and_the_run_line_show_the_lag(tmp_path: Path) -> None:
     from fanout.observe.metrics import MetricsObserver
 
     metrics, progress = MetricsObserver("lagged"), ProgressObserver()
-    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
-    fan = _fan(tmp_path, [ScriptedSink("good"), _spec(down)], probe_interval_s=3600,
-               plugins=[metrics, progress])  # fmt: skip
-    try:
-        for batch in range(2):
-            fan.process(SchemaFrame([batch, batch + 10]), BatchInfo("lagged", batch, "q"))
-    finally:
-        fan.close()
+    _lagged_two_batches(MemoryLedger(), str(tmp_path / "spool"), plugins=[metrics, progress])
     assert metrics.value("fanout_sink_lag_batches", sink="down") == 2
     assert metrics.value("fanout_sink_lag_rows", sink="down") == 4
     assert metrics.value("fanout_sink_state", sink="down", state="lagging") == 1

@@ -41,6 +41,20 @@ def _lake_skipped_through_2_while_writing_it(ledger: Ledger) -> None:
     assert ledger.mark_committed(committed("pipe", "lake", 2, rows=5)) is True
 
 
+def _lake_skipped_2_and_pg_backfilling_from_it(ledger: Ledger) -> dict[str, Any]:
+    """good committed batches 0-2 and lake 0-1, lake's batch 2 skipped (the skip's mark
+    alone in the ledger); the specs of lake and of pg, which backfills from lake."""
+    for batch in range(3):
+        ledger.mark_committed(committed("pipe", "good", batch, rows=5))
+    for batch in range(2):
+        ledger.mark_committed(committed("pipe", "lake", batch, rows=5))
+    assert skip_batches(ledger, "pipe", "lake", 2).recorded
+    return {
+        "lake": SinkSpec(ScriptedSink("lake")),
+        "pg": SinkSpec(ScriptedSink("pg"), lag=lag_policy("pg", {"backfill_from": "lake"})),
+    }
+
+
 def test_the_write_s_mark_is_recorded_beside_the_skip_s_once(ledger: Ledger) -> None:
     _lake_skipped_through_2_while_writing_it(ledger)
     lake = sorted(
@@ -99,15 +113,7 @@ def test_a_backfill_that_cached_the_skip_s_mark_takes_the_write_s_mark_landing_a
     not move (2 both times). The next look-up reads the cached skip of a batch pg still
     needs again: batch 2 is back in the backlog, and its source mark is the write's. Up to
     this fix the cache kept the skip's mark until a restart (backlog [0, 1] for good)."""
-    for batch in range(3):
-        ledger.mark_committed(committed("pipe", "good", batch, rows=5))
-    for batch in range(2):
-        ledger.mark_committed(committed("pipe", "lake", batch, rows=5))
-    assert skip_batches(ledger, "pipe", "lake", 2).recorded
-    specs: dict[str, Any] = {
-        "lake": SinkSpec(ScriptedSink("lake")),
-        "pg": SinkSpec(ScriptedSink("pg"), lag=lag_policy("pg", {"backfill_from": "lake"})),
-    }
+    specs = _lake_skipped_2_and_pg_backfilling_from_it(ledger)
     source: Any = object()  # never read: only the marks are
     lagging = Lagging("pipe", specs, ledger, None, sources={"pg": source})
     lagging.saw_marks(0, {"lake": 2, "pg": None})
@@ -169,15 +175,7 @@ def test_a_cached_skip_is_read_again_once_per_batch_not_at_every_look_up(
     seen) and after this instance committed lake's batch 2 (its write's mark recorded
     beside the skip), not at each look-up: 5 look-ups in one batch, 1 read. Up to this
     bound each look-up read the ledger (5 reads)."""
-    for batch in range(3):
-        ledger.mark_committed(committed("pipe", "good", batch, rows=5))
-    for batch in range(2):
-        ledger.mark_committed(committed("pipe", "lake", batch, rows=5))
-    assert skip_batches(ledger, "pipe", "lake", 2).recorded
-    specs: dict[str, Any] = {
-        "lake": SinkSpec(ScriptedSink("lake")),
-        "pg": SinkSpec(ScriptedSink("pg"), lag=lag_policy("pg", {"backfill_from": "lake"})),
-    }
+    specs = _lake_skipped_2_and_pg_backfilling_from_it(ledger)
     reads: list[tuple[Any, ...]] = []
     read = ledger.committed_entries
 

@@ -53,6 +53,18 @@ def _reopened(spool: Spool) -> Spool:
     return again
 
 
+def _opened(tmp_path: Path) -> Spool:
+    """Pipeline ``pipe``'s spool under ``tmp_path``, opened."""
+    spool = Spool(str(tmp_path / "spool"), "pipe")
+    spool.open()
+    return spool
+
+
+def _batch_7() -> tuple[SchemaFrame, BatchInfo]:
+    """Batch 7 of query ``q1``: ids 1, 2, 3."""
+    return SchemaFrame([1, 2, 3]), BatchInfo("pipe", 7, "q1")
+
+
 def _specs(*names: str) -> dict[str, SinkSpec]:
     return {n: SinkSpec(ScriptedSink(n), lag=lag_policy(n, {"on_failure": "lag"})) for n in names}
 
@@ -65,10 +77,8 @@ def test_an_old_instance_releases_only_the_sinks_it_knew_and_keeps_the_rows(
 ) -> None:
     # the old FanOut (not closed) spooled batch 7 for T; the restarted query's FanOut
     # replays 7 and spools it for S; the old catch-up writes 7 to T and releases it
-    path, ledger = str(tmp_path / "spool"), MemoryLedger()
-    frame, info = SchemaFrame([1, 2, 3]), BatchInfo("pipe", 7, "q1")
-    old = Spool(path, "pipe")
-    old.open()
+    ledger, (frame, info) = MemoryLedger(), _batch_7()
+    old = _opened(tmp_path)
     old.add(frame, info, {"T"}, now_utc())
     new = _reopened(old)
     new.add(frame, info, {"S"}, now_utc())
@@ -93,10 +103,8 @@ def test_a_removal_between_a_spoolings_steps_leaves_its_index_row_with_rows(
     # the old instance removes batch 7 (T holds it; it knows no other sink) just before
     # the new instance's spooling for S writes its index row. Rows first (the former
     # order), the new instance saw them present, then lost them to the removal.
-    path, ledger = str(tmp_path / "spool"), MemoryLedger()
-    frame, info = SchemaFrame([1, 2, 3]), BatchInfo("pipe", 7, "q1")
-    old = Spool(path, "pipe")
-    old.open()
+    ledger, (frame, info) = MemoryLedger(), _batch_7()
+    old = _opened(tmp_path)
     old.add(frame, info, {"T"}, now_utc())
     new = _reopened(old)
     ledger.mark_committed(committed("pipe", "T", 7, "q1"))
@@ -124,10 +132,8 @@ def test_an_index_append_committed_but_reported_failed_then_spooled_again_counts
     # removal deletes them all: the batch is counted, caught up and released once.
     from fanout.app.status import spool_backlogs
 
-    path, ledger = str(tmp_path / "spool"), MemoryLedger()
-    frame, info = SchemaFrame([1, 2, 3]), BatchInfo("pipe", 7, "q1")
-    spool = Spool(path, "pipe")
-    spool.open()
+    ledger, (frame, info) = MemoryLedger(), _batch_7()
+    spool = _opened(tmp_path)
     append_index = spool._append_index
 
     def committed_then_lost(*args: Any) -> None:
@@ -266,8 +272,7 @@ def test_rows_without_an_index_row_that_every_lag_sink_holds_are_removed_at_star
     # version's spooling cut short between the rows and the index (batch 4), and batch 6
     # whose rows have no index row yet but which L does not hold: only 3 and 4 go
     path, ledger = str(tmp_path / "spool"), MemoryLedger()
-    spool = Spool(path, "pipe")
-    spool.open()
+    spool = _opened(tmp_path)
     for b in (3, 4, 6):
         info = BatchInfo("pipe", b, "q1")
         spool._append_rows(
@@ -402,8 +407,7 @@ def test_a_replay_appends_the_rows_of_a_batch_whose_index_row_a_killed_driver_wr
     # the driver was killed between the index row of batch 7 (for L, which failed it) and
     # its rows: Spark replays 7, L is behind and held back, nothing else writes
     path, ledger = str(tmp_path / "spool"), MemoryLedger()
-    spool = Spool(path, "pipe")
-    spool.open()
+    spool = _opened(tmp_path)
     frame, info = SchemaFrame([7, 8]), BatchInfo("pipe", 7, "q1")
     killed = spool._append_rows
     spool._append_rows = lambda *args: (_ for _ in ()).throw(SystemExit)  # type: ignore[method-assign]

@@ -38,13 +38,6 @@ def _sink(bootstrap: str, topic: str) -> dict[str, Any]:
             "key": "id", "partitions": 2}  # fmt: skip
 
 
-def _batch(spark: Any, fan: FanOut, pipeline: str, batch_id: int) -> Any:
-    """Batch ``batch_id``: ids 10b .. 10b+3."""
-    rows = spark.range(batch_id * 10, batch_id * 10 + 4)
-    info = BatchInfo(pipeline, batch_id, "q", [{"s": batch_id}], batch_timestamp_ms=1000)
-    return fan.process(rows, info)
-
-
 def _ids(bootstrap: str, topic: str, expected: int) -> list[int]:
     return sorted(int(r["key"]) for r in read_topic(bootstrap, topic, expected))
 
@@ -53,73 +46,87 @@ def _every(*batches: int) -> list[int]:
     return sorted(b * 10 + i for b in batches for i in range(4))
 
 
-def _crash(spark: Any, ledger: str, sink: dict[str, Any], pipeline: str, batch_id: int) -> None:
-    with pytest.raises(BatchFailedError):
-        fan = FanOut(pipeline, MarkLost(ledger, "k"), [sink], retries=0)
+def _moved(kafka: Broker, topic: str) -> str:
+    """A new topic of 3 partitions for the sink to move to."""
+    moved = f"{topic}-moved"
+    create_topic(kafka.bootstrap, moved, 3)
+    return moved
+
+
+class _Runs:
+    """The runs of one new pipeline of sink ``k`` (its ledger under the test's tmp_path),
+    each a ``FanOut`` closed after its batches."""
+
+    def __init__(self, spark: Any, kafka: Broker, tmp_path: Path) -> None:
+        self.spark, self.bootstrap = spark, kafka.bootstrap
+        self.pipeline, self.ledger = f"kops{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger")
+
+    def _batch(self, fan: FanOut, batch_id: int) -> bool:
+        """Batch ``batch_id`` (ids 10b .. 10b+3): whether ``k`` held it already."""
+        rows = self.spark.range(batch_id * 10, batch_id * 10 + 4)
+        info = BatchInfo(self.pipeline, batch_id, "q", [{"s": batch_id}], batch_timestamp_ms=1000)
+        return bool(fan.process(rows, info)["k"].already_written)
+
+    def run(self, topic: str, *batches: int, bootstrap: str | None = None) -> list[bool]:
+        """A run writing ``batches`` to ``topic``: whether each was already written."""
+        fan = FanOut(self.pipeline, self.ledger, [_sink(bootstrap or self.bootstrap, topic)],
+                     retries=0)  # fmt: skip
         try:
-            _batch(spark, fan, pipeline, batch_id)
+            return [self._batch(fan, batch_id) for batch_id in batches]
         finally:
             fan.close()
 
+    def crash(self, topic: str, batch_id: int) -> None:
+        """A run whose driver dies after ``k``'s partitions committed ``batch_id``, before
+        its ledger mark."""
+        with pytest.raises(BatchFailedError):
+            fan = FanOut(self.pipeline, MarkLost(self.ledger, "k"),
+                         [_sink(self.bootstrap, topic)], retries=0)  # fmt: skip
+            try:
+                self._batch(fan, batch_id)
+            finally:
+                fan.close()
+
+
+@pytest.fixture
+def runs(spark: Any, kafka: Broker, tmp_path: Path) -> _Runs:
+    """A new pipeline's runs."""
+    return _Runs(spark, kafka, tmp_path)
+
 
 def test_another_name_of_the_same_broker_replays_a_crashed_batch_once(
-    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+    kafka: Broker, topic: str, runs: _Runs
 ) -> None:
     if not kafka.bootstrap.startswith("127.0.0.1:"):
         pytest.skip("needs the embedded broker's 127.0.0.1 address, also reached as localhost")
-    pipeline, ledger = f"kops{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger")
     alias = kafka.bootstrap.replace("127.0.0.1", "localhost")
-    fan = FanOut(pipeline, ledger, [_sink(kafka.bootstrap, topic)], retries=0)
-    _batch(spark, fan, pipeline, 0)
-    fan.close()
-    _crash(spark, ledger, _sink(kafka.bootstrap, topic), pipeline, 1)
+    runs.run(topic, 0)
+    runs.crash(topic, 1)
 
-    fan = FanOut(pipeline, ledger, [_sink(alias, topic)], retries=0)
-    try:
-        assert _batch(spark, fan, pipeline, 1)["k"].already_written
-        assert not _batch(spark, fan, pipeline, 2)["k"].already_written
-    finally:
-        fan.close()
+    assert runs.run(topic, 1, 2, bootstrap=alias) == [True, False]
     assert _ids(kafka.bootstrap, topic, 12) == _every(0, 1, 2)
 
 
 def test_a_topic_changed_after_a_clean_stop_takes_the_next_batch(
-    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+    kafka: Broker, topic: str, runs: _Runs
 ) -> None:
-    pipeline, ledger = f"kops{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger")
-    moved = f"{topic}-moved"
-    create_topic(kafka.bootstrap, moved, 3)
-    fan = FanOut(pipeline, ledger, [_sink(kafka.bootstrap, topic)], retries=0)
-    _batch(spark, fan, pipeline, 0)
-    _batch(spark, fan, pipeline, 1)
-    fan.close()
+    moved = _moved(kafka, topic)
+    runs.run(topic, 0, 1)
 
-    fan = FanOut(pipeline, ledger, [_sink(kafka.bootstrap, moved)], retries=0)
-    try:
-        assert not _batch(spark, fan, pipeline, 2)["k"].already_written
-    finally:
-        fan.close()
+    assert runs.run(moved, 2) == [False]
     assert _ids(kafka.bootstrap, topic, 8) == _every(0, 1)
     assert _ids(kafka.bootstrap, moved, 4) == _every(2)
 
 
 def test_a_topic_changed_between_a_crash_and_its_replay_is_refused_with_a_way_that_works(
-    spark: Any, kafka: Broker, topic: str, tmp_path: Path
+    kafka: Broker, topic: str, runs: _Runs
 ) -> None:
-    pipeline, ledger = f"kops{uuid.uuid4().hex[:6]}", str(tmp_path / "ledger")
-    moved = f"{topic}-moved"
-    create_topic(kafka.bootstrap, moved, 3)
-    fan = FanOut(pipeline, ledger, [_sink(kafka.bootstrap, topic)], retries=0)
-    _batch(spark, fan, pipeline, 0)
-    fan.close()
-    _crash(spark, ledger, _sink(kafka.bootstrap, topic), pipeline, 1)
+    moved = _moved(kafka, topic)
+    runs.run(topic, 0)
+    runs.crash(topic, 1)
 
-    fan = FanOut(pipeline, ledger, [_sink(kafka.bootstrap, moved)], retries=0)
     with pytest.raises(BatchFailedError) as refused:
-        try:
-            _batch(spark, fan, pipeline, 1)
-        finally:
-            fan.close()
+        runs.run(moved, 1)
     text = str(refused.value.failures["k"])
     assert text.startswith(
         f"sink 'k', batch 1: option 'topic' changed in the middle of batch 1: partition(s) "
@@ -131,15 +138,7 @@ def test_a_topic_changed_between_a_crash_and_its_replay_is_refused_with_a_way_th
     )
 
     # the way on, as printed: the topic set back finishes the batch, then the change
-    fan = FanOut(pipeline, ledger, [_sink(kafka.bootstrap, topic)], retries=0)
-    try:
-        assert _batch(spark, fan, pipeline, 1)["k"].already_written
-    finally:
-        fan.close()
-    fan = FanOut(pipeline, ledger, [_sink(kafka.bootstrap, moved)], retries=0)
-    try:
-        assert not _batch(spark, fan, pipeline, 2)["k"].already_written
-    finally:
-        fan.close()
+    assert runs.run(topic, 1) == [True]
+    assert runs.run(moved, 2) == [False]
     assert _ids(kafka.bootstrap, topic, 8) == _every(0, 1)
     assert _ids(kafka.bootstrap, moved, 4) == _every(2)

@@ -16,10 +16,8 @@ from fanout_kafka import KafkaSink
 from kafkatools import Broker, create_topic, read_topic
 
 from fanout import BatchInfo, FanOut
-from fanout.contract.batch import Batch
-from fanout.contract.sink import SinkResult
-from fanout.errors import SinkWriteError
 from fanout.sink_spec import SinkSpec, lag_policy
+from fanout.testing.faults import DownWhile
 
 SHAPES = [
     "SELECT id, CAST(id * 2 AS INT) AS a",
@@ -29,15 +27,10 @@ SHAPES = [
 ]
 
 
-class _DownKafka(KafkaSink):
+class _DownKafka(DownWhile, KafkaSink):
     """The Kafka sink whose brokers are down while ``down`` holds."""
 
-    down = True
-
-    def write(self, batch: Batch) -> SinkResult:
-        if self.down:
-            raise SinkWriteError("the brokers are down", sink=self.name, batch_id=batch.batch_id)
-        return super().write(batch)
+    down_message = "the brokers are down"
 
 
 def test_batches_of_each_shape_spooled_for_a_kafka_sink_reach_it_as_written_live(

@@ -46,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
     except FanoutError:
         raise
     except Exception as exc:
-        said = f"migrating {shown} failed: {_said(exc, secrets)}"
-        if _refused(exc):  # the url is wrong, not the server down: exit 2
+        refused = _refused(exc)
+        said = f"migrating {shown} failed: {_said(exc, secrets, refused=refused)}"
+        if refused:  # the url is wrong, not the server down: exit 2
             raise ConfigurationError(said) from None
         raise FanoutError(said) from None
     if result.changed:
@@ -69,15 +70,16 @@ MIGRATE = CliCommand(
 """The ``fanout migrate`` command."""
 
 
-def _said(exc: Exception, secrets: tuple[str, ...]) -> str:
+def _said(exc: Exception, secrets: tuple[str, ...], *, refused: bool) -> str:
     """The driver's error on one line, without SQLAlchemy's "Background on this error"
-    link, and what to check when the server could not be reached or refused the login."""
+    link, and what to check when the server could not be reached or (``refused``, see
+    :func:`_refused`) refused the login."""
     from fanout_postgres.sqlstate import classify
 
     text = f"{type(exc).__name__}: {exc}".split("\n(Background on this error")[0]
     said = redact(" ".join(line.strip() for line in text.splitlines() if line.strip()), secrets)
     cause = getattr(exc, "orig", None) or exc
-    if _refused(exc):
+    if refused:
         return (
             f"{said}; the server refused the connection: check the user, password and "
             "database in --url, and the server's pg_hba.conf"

@@ -283,7 +283,10 @@ class PostgresSink(PartitionedSink):
             with engine.connect() as conn:
                 conn.execute(_sa().text("SELECT 1"))
                 self._check_settings(conn)
-                problem = state_schema_problem(conn, self.state_schema, creates=self.migrate)
+                # upgrade() runs the same check first, in the transaction it migrates in
+                problem = None
+                if checking or not self.migrate:
+                    problem = state_schema_problem(conn, self.state_schema, creates=self.migrate)
                 if problem is not None:
                     raise self._error(problem)
             if self.migrate and checking:
@@ -291,7 +294,10 @@ class PostgresSink(PartitionedSink):
             elif self.migrate:
                 from fanout_postgres.migrate import upgrade
 
-                upgrade(engine, schema=self.state_schema)
+                try:
+                    upgrade(engine, schema=self.state_schema)
+                except ConfigurationError as exc:  # named for this sink, as the rest
+                    raise self._error(str(exc)) from None
             else:  # append's progress marks, upsert's routes (fanout_postgres.membership)
                 self._require_migrated(engine)
             with engine.connect() if checking else engine.begin() as conn:

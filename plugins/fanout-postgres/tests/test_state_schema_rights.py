@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
 import pytest
 from fanout_postgres import PostgresSink
@@ -239,3 +240,59 @@ def test_quoted_role_and_schema_names_get_grants_that_run_as_printed(pg_url: str
     assert f'GRANT USAGE ON SCHEMA "Fan Out" TO "{role}";' in str(caught.value)
     execute(pg_url, *_printed_statements(str(caught.value)))
     attempt(url)
+
+
+@pytest.mark.parametrize(
+    ("checking", "migrate", "checked"),
+    [(False, True, [True]), (True, True, [True]), (False, False, [False])],
+)
+def test_open_checks_the_state_schema_rights_once(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, checking: bool, migrate: bool, checked: list[bool]
+) -> None:
+    """With ``migrate`` on, open() ran the rights check (one query) and then upgrade() ran it
+    again; open() now leaves it to upgrade(), which runs it in the transaction it migrates
+    in. ``checked``: the ``creates`` of each check run, exactly."""
+    import fanout_postgres.migrate as migrate_module
+    import fanout_postgres.sink as sink_module
+
+    real = migrate_module.state_schema_problem
+    calls: list[bool] = []
+
+    def counted(*args: Any, **kwargs: Any) -> str | None:
+        calls.append(kwargs["creates"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(migrate_module, "state_schema_problem", counted)
+    monkeypatch.setattr(sink_module, "state_schema_problem", counted)
+    execute(pg_url, "CREATE TABLE orders (id bigint PRIMARY KEY)")
+    if not migrate:
+        _open(pg_url, checking=False)  # the tables at head, which migrate: false needs
+        calls.clear()
+    _open_as(pg_url, checking=checking, migrate=migrate)
+    assert calls == checked
+
+
+def test_fanout_migrate_asks_whether_the_login_was_refused_once(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fanout migrate`` decided twice whether the server refused the login (once for the
+    exit code, once for the hint); once now, and both still follow from it."""
+    from fanout_postgres import cli
+
+    from fanout.app.cli import main
+
+    real = cli._refused
+    asked: list[Exception] = []
+
+    def counted(exc: Exception) -> bool:
+        asked.append(exc)
+        return real(exc)
+
+    monkeypatch.setattr(cli, "_refused", counted)
+    stranger = make_url(pg_url).set(username="no_such_role", password="s3cret-pw")
+    assert main(["migrate", "--url", stranger.render_as_string(hide_password=False)]) == 2
+    assert capsys.readouterr().err.endswith(
+        "the server refused the connection: check the user, password and database in --url, "
+        "and the server's pg_hba.conf\n"
+    )
+    assert len(asked) == 1

@@ -35,6 +35,24 @@ def _ids(url: str, table: str) -> list[int]:
     return [row[0] for row in query(url, f"SELECT id FROM {table} ORDER BY id")]
 
 
+def _crash(spark: Any, url: str, ledger: str, ids: range, batch: int, **options: Any) -> None:
+    """Batch ``batch`` (``ids``) committed by sink ``pg``, the driver "dying" before its
+    ledger mark (:class:`MarkLost`)."""
+    crashed = _fan(url, MarkLost(ledger, "pg"), **options)
+    try:
+        with pytest.raises(BatchFailedError):
+            crashed.process(spark.range(ids.start, ids.stop), BatchInfo("pgmove", batch, "q"))
+    finally:
+        crashed.close()
+
+
+def _refusal(fan: FanOut, rows: Any, batch: int) -> str:
+    """Why ``fan`` refused batch ``batch`` of ``rows`` for sink ``pg`` (``fan`` stays open)."""
+    with pytest.raises(BatchFailedError) as refused:
+        fan.process(rows, BatchInfo("pgmove", batch, "q"))
+    return str(refused.value.failures["pg"])
+
+
 def test_an_append_table_moved_between_a_crash_and_its_replay_is_refused(
     spark: Any, pg_url: str, tmp_path: Path
 ) -> None:
@@ -46,8 +64,7 @@ def test_an_append_table_moved_between_a_crash_and_its_replay_is_refused(
     execute(pg_url, "CREATE TABLE t1 (id bigint)", "CREATE TABLE t2 (id bigint)",
             "INSERT INTO t2 VALUES (100)")  # fmt: skip
     ledger = str(tmp_path / "ledger")
-    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
-        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    _crash(spark, pg_url, ledger, range(4, 8), 1)  # the driver "dies" before the mark
     assert _ids(pg_url, "t1") == [4, 5, 6, 7]
 
     moved = _fan(pg_url, ledger, table="t2")
@@ -81,14 +98,9 @@ def test_an_append_table_moved_between_a_crash_and_its_replay_is_refused(
 
     # the reverse, t2 back to t1 with batch 3 committed into t2 and its mark lost; then
     # the other way it names: the marks deleted, t1 gets all of batch 3 (t2 keeps its copy)
-    with pytest.raises(BatchFailedError):
-        _fan(pg_url, MarkLost(ledger, "pg"), table="t2").process(
-            spark.range(10, 12), BatchInfo("pgmove", 3, "q")
-        )
+    _crash(spark, pg_url, ledger, range(10, 12), 3, table="t2")
     reverse = _fan(pg_url, ledger)
-    with pytest.raises(BatchFailedError) as refused:
-        reverse.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))
-    text = str(refused.value.failures["pg"])
+    text = _refusal(reverse, spark.range(10, 12), 3)
     assert "committed to table t2 (OID " in text and "its table is t1 now" in text
     assert _ids(pg_url, "t1") == [4, 5, 6, 7]  # before: batch 3 skipped, t1 never got it
     execute(pg_url, text[text.index("DELETE FROM") :])
@@ -121,10 +133,7 @@ def test_upsert_switched_to_append_between_a_crash_and_its_replay_is_refused(
     execute(pg_url, "CREATE TABLE t1 (id bigint PRIMARY KEY CHECK (id < 6))")
     ledger = str(tmp_path / "ledger")
     upsert = {"mode": "upsert", "keys": ["id"], "dead_letter": "postgres:dead"}
-    with pytest.raises(BatchFailedError):
-        _fan(pg_url, MarkLost(ledger, "pg"), **upsert).process(
-            spark.range(4, 8), BatchInfo("pgmove", 1, "q")
-        )
+    _crash(spark, pg_url, ledger, range(4, 8), 1, **upsert)
     letters = "SELECT sink, (row->>'id')::int FROM dead ORDER BY 2, 1"
     assert _ids(pg_url, "t1") == [4, 5]
     assert query(pg_url, letters) == [("pg", 6), ("pg", 7)]
@@ -246,8 +255,7 @@ def test_the_same_name_on_another_table_between_a_crash_and_its_replay(
     execute(pg_url, "CREATE TABLE t1 (id bigint)")
     ledger = str(tmp_path / "ledger")
     _fan(pg_url, ledger).process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
-    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
-        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    _crash(spark, pg_url, ledger, range(4, 8), 1)  # the driver "dies" before the mark
     old = _oid(pg_url, "t1")
     execute(pg_url, "ALTER TABLE t1 RENAME TO t1_old", "CREATE TABLE t1 (id bigint)")
     new = _oid(pg_url, "t1")
@@ -266,18 +274,13 @@ def test_the_same_name_on_another_table_between_a_crash_and_its_replay(
     assert _ids(pg_url, "t1_old") == [0, 1, 2, 3, 4, 5, 6, 7]
 
     # a dump taken before the crash of batch 2: no start check refuses it (t1 holds rows)
-    with pytest.raises(BatchFailedError):
-        _fan(pg_url, MarkLost(ledger, "pg")).process(
-            spark.range(8, 10), BatchInfo("pgmove", 2, "q")
-        )
+    _crash(spark, pg_url, ledger, range(8, 10), 2)
     accepted.close()
     crashed = _oid(pg_url, "t1")
     _restore(pg_url, "id < 8")
     plain = _fan(pg_url, ledger)
-    with pytest.raises(BatchFailedError) as refused:
-        plain.process(spark.range(8, 10), BatchInfo("pgmove", 2, "q"))
+    text = _refusal(plain, spark.range(8, 10), 2)
     plain.close()
-    text = str(refused.value.failures["pg"])
     now = _oid(pg_url, "t1")
     assert (
         f"partition(s) [0, 1] of batch 2 of this sink as committed to table t1 (OID "
@@ -306,15 +309,10 @@ def test_the_same_name_on_another_table_between_a_crash_and_its_replay(
     assert _ids(pg_url, "t1") == [4, 5, 6, 7, 8, 9]
 
     # a dump taken after the crash of batch 3: it holds 10, 11; the UPDATE printed
-    with pytest.raises(BatchFailedError):
-        _fan(pg_url, MarkLost(ledger, "pg")).process(
-            spark.range(10, 12), BatchInfo("pgmove", 3, "q")
-        )
+    _crash(spark, pg_url, ledger, range(10, 12), 3)
     _restore(pg_url, "true")
     plain = _fan(pg_url, ledger)
-    with pytest.raises(BatchFailedError) as refused:
-        plain.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))
-    text = str(refused.value.failures["pg"])
+    text = _refusal(plain, spark.range(10, 12), 3)
     execute(pg_url, text[text.index("UPDATE ") :])
     assert plain.process(spark.range(10, 12), BatchInfo("pgmove", 3, "q"))["pg"].already_written
     plain.close()
@@ -421,8 +419,7 @@ def test_an_accepted_replay_whose_marks_name_two_replaced_tables_writes_the_batc
     marks of both replaced tables are forgotten, not only those of the first OID read."""
     execute(pg_url, "CREATE TABLE t1 (id bigint)")
     ledger = str(tmp_path / "ledger")
-    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
-        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    _crash(spark, pg_url, ledger, range(4, 8), 1)  # the driver "dies" before the mark
     first = _oid(pg_url, "t1")
     execute(pg_url, "ALTER TABLE t1 RENAME TO t1_a", "CREATE TABLE t1 (id bigint)")
     mid = _oid(pg_url, "t1")  # partition 1 committed here, mid-batch
@@ -434,10 +431,8 @@ def test_an_accepted_replay_whose_marks_name_two_replaced_tables_writes_the_batc
         "CREATE TABLE t1 (id bigint)",
     )
     plain = _fan(pg_url, ledger)
-    with pytest.raises(BatchFailedError) as refused:
-        plain.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    text = _refusal(plain, spark.range(4, 8), 1)
     plain.close()
-    text = str(refused.value.failures["pg"])
     now = _oid(pg_url, "t1")
     assert (
         f"fanout.progress marks partition(s) [0] of batch 1 of this sink as committed to "
@@ -467,16 +462,11 @@ def test_the_printed_update_runs_as_printed_on_a_quoted_state_schema_and_a_quali
     execute(pg_url, "CREATE TABLE t1 (id bigint)")
     ledger = str(tmp_path / "ledger")
     options = {"state_schema": "Fan State", "table": "public.t1"}
-    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
-        _fan(pg_url, MarkLost(ledger, "pg"), **options).process(
-            spark.range(0, 4), BatchInfo("pgmove", 0, "q")
-        )
+    _crash(spark, pg_url, ledger, range(0, 4), 0, **options)  # the driver "dies" before the mark
     crashed = _oid(pg_url, "t1")
     _restore(pg_url, "true")
     plain = _fan(pg_url, ledger, **options)
-    with pytest.raises(BatchFailedError) as refused:
-        plain.process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
-    text = str(refused.value.failures["pg"])
+    text = _refusal(plain, spark.range(0, 4), 0)
     assert (
         f"Fan State.progress marks partition(s) [0, 1] of batch 0 of this sink as committed "
         f"to table public.t1 (OID {crashed}: no table of this database has that OID now), "
@@ -498,17 +488,14 @@ def test_the_printed_update_over_two_replaced_tables_runs_as_printed(
     once)."""
     execute(pg_url, "CREATE TABLE t1 (id bigint)")
     ledger = str(tmp_path / "ledger")
-    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
-        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
+    _crash(spark, pg_url, ledger, range(0, 4), 0)  # the driver "dies" before the mark
     execute(
         pg_url,
         "UPDATE fanout.progress SET target_oid = 1 WHERE partition = 1",  # B: gone since
     )
     _restore(pg_url, "true")
     plain = _fan(pg_url, ledger)
-    with pytest.raises(BatchFailedError) as refused:
-        plain.process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))
-    text = str(refused.value.failures["pg"])
+    text = _refusal(plain, spark.range(0, 4), 0)
     assert "AND target_oid IN (" in text, text
     execute(pg_url, text[text.index("UPDATE ") :])
     assert plain.process(spark.range(0, 4), BatchInfo("pgmove", 0, "q"))["pg"].already_written
@@ -530,13 +517,10 @@ def test_a_search_path_switched_between_a_crash_and_its_replay(
             "CREATE TABLE public.t1 (id bigint)")  # fmt: skip
     ledger = str(tmp_path / "ledger")
     url = pg_url + ("&" if "?" in pg_url else "?") + "options=-csearch_path%3Dapp"
-    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
-        _fan(url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    _crash(spark, url, ledger, range(4, 8), 1)  # the driver "dies" before the mark
     plain = _fan(pg_url, ledger)
-    with pytest.raises(BatchFailedError) as refused:
-        plain.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    text = _refusal(plain, spark.range(4, 8), 1)
     plain.close()
-    text = str(refused.value.failures["pg"])
     app = _oid(pg_url, "app.t1")
     assert (
         f"committed to table t1 (OID {app}, now app.t1), but table t1 has OID "
@@ -566,8 +550,7 @@ def test_a_table_moved_to_another_schema_with_the_option_completes_its_batch(
     so the replay is not refused and skips both marked partitions, each id once."""
     execute(pg_url, "CREATE SCHEMA app", "CREATE TABLE t1 (id bigint)")
     ledger = str(tmp_path / "ledger")
-    with pytest.raises(BatchFailedError):  # the driver "dies" before the mark
-        _fan(pg_url, MarkLost(ledger, "pg")).process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))
+    _crash(spark, pg_url, ledger, range(4, 8), 1)  # the driver "dies" before the mark
     execute(pg_url, "ALTER TABLE t1 SET SCHEMA app")
     moved = _fan(pg_url, ledger, table="app.t1")
     result = moved.process(spark.range(4, 8), BatchInfo("pgmove", 1, "q"))["pg"]
