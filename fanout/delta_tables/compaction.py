@@ -13,9 +13,27 @@ commits the files it removed back and its own added files away, ``dataChange=fal
 (readers streaming the table see neither commit). A reader of the table between the two
 commits sees the duplicated rows (a few milliseconds).
 
+A process killed between the compaction's commit and its check (``kill -9``, an OOM
+kill, an evicted pod) leaves that compaction unchecked. So before it compacts,
+:func:`compact` (and :func:`repair_unchecked`, which the Delta sink runs at its open)
+looks in the table's history since the last checked point for fanout's compactions
+(tagged ``fanoutCommit = "compaction <token>"``) not taken back (no ``"take back
+<token>"`` after them), and checks each as :func:`compact` checks its own: one that
+duplicated rows is taken back the same way, ``dataChange`` as the caller's, or, when a
+later compaction already rewrote its files, refused loudly (:class:`CompactionError`,
+logged by the callers, naming the files and the version to restore). Every compaction
+fanout commits records in its commit info the version up to which every fanout
+compaction was checked (``fanoutCompactionsChecked``), so the scan reads the history
+back to the newest such record only (and a process remembers the version it checked
+last). A compaction whose snapshot was the version just before its commit
+(``readVersion``) cannot have raced and is passed without reading its snapshots.
+Readers streaming the table skip the late taking back (``dataChange=false``) as they
+skipped the compaction; a reader of the latest version saw the rows twice from the
+compaction to the next fanout run that compacts the table (or opens its sink).
+
 What it cannot see: a compaction by another program (a scheduled ``OPTIMIZE``) that
 planned before this one committed and commits after it duplicates the rows the same
-way; only that program's own commit could be checked.
+way; only that program's own commit could be checked, and it carries no fanout tag.
 """
 
 from __future__ import annotations
@@ -39,6 +57,19 @@ log = logging.getLogger(__name__)
 _COMMIT_TAG = "fanoutCommit"
 """The commit info key marking fanout's compaction and its taking back, to find their
 versions in the table's history."""
+
+CHECKED_TAG = "fanoutCompactionsChecked"
+"""The commit info key of fanout's compaction recording the version up to which every
+fanout compaction in the table's history was checked before it (:func:`repair_unchecked`
+reads the history back to the newest one)."""
+
+FIRST_LOOK = 100
+"""How many of the newest commits :func:`repair_unchecked` reads first when looking for
+the last checked point (then four times as many, up to the whole history)."""
+
+_checked_through: dict[str, int] = {}
+"""Per table URI, the version up to which this process checked every fanout compaction:
+the next scan reads only the commits after it."""
 
 
 @dataclass(frozen=True)
@@ -88,12 +119,16 @@ def compact(
         readers may stream the table (they skip such commits), ``True`` where none does
         (a compaction planned before it then fails to commit).
     :raises CompactionError: the compaction duplicated rows and taking it back failed
-        (the message names the files to remove).
+        (the message names the files to remove), or so did an earlier fanout compaction
+        left unchecked (:func:`repair_unchecked`; this one then did not run).
     """
     from deltalake import CommitProperties
 
+    checked = repair_unchecked(table, what, storage_options, data_change=data_change)
     base, token = table.version(), uuid.uuid4().hex
-    tagged = CommitProperties(custom_metadata={_COMMIT_TAG: f"compaction {token}"})
+    tagged = CommitProperties(
+        custom_metadata={_COMMIT_TAG: f"compaction {token}", CHECKED_TAG: str(checked)}
+    )
     metrics: Mapping[str, Any]
     if rewrite is None:
         metrics = table.optimize.compact(commit_properties=tagged)
@@ -123,8 +158,137 @@ def compact(
     if not _duplicates(gone, new, what, version):
         return Compaction(removed, added, False, table.version())
     back = _take_back(table, what, version, gone, new, token, data_change)
-    _check_taken_back(table, what, version, back, new, storage_options)
+    _check_taken_back(table, what, version, back, new, storage_options, gone)
     return Compaction(0, 0, True, table.version())
+
+
+def repair_unchecked(
+    table: DeltaTable,
+    what: str,
+    storage_options: Mapping[str, str] | None,
+    *,
+    data_change: bool = False,
+) -> int:
+    """Check every fanout compaction in ``table``'s history up to its loaded version since
+    the last checked point (the module docstring says which) and take back each that
+    duplicated rows and was not taken back: its process ended between its commit and its
+    check. Return the version up to which every fanout compaction is checked (the loaded
+    version; ``table`` is advanced past the takings back, if any).
+
+    :param what: the table as messages name it.
+    :param data_change: the ``dataChange`` of a taking back's actions (as :func:`compact`).
+    :raises CompactionError: a compaction duplicated rows and cannot be taken back (a later
+        commit rewrote its files), or taking it back failed; the message says what to do.
+    :raises HistoryUnsettledError: other writers committed during each read of the history.
+    """
+    uri, at = table.table_uri, table.version()
+    history = _since_checked(table, _checked_through.get(uri))
+    backs = {
+        str(info.get(_COMMIT_TAG)).removeprefix("take back ")
+        for info in history
+        if str(info.get(_COMMIT_TAG)).startswith("take back ")
+    }
+    for info in reversed(history):  # the oldest first
+        tag = str(info.get(_COMMIT_TAG))
+        version = int(info["version"])
+        if not tag.startswith("compaction ") or tag.removeprefix("compaction ") in backs:
+            continue
+        if info.get("readVersion") == version - 1:
+            continue  # planned on the version before its commit: nothing raced it
+        _repair(table, what, version, tag.removeprefix("compaction "), storage_options, data_change)
+    _checked_through[uri] = at
+    return at
+
+
+def _since_checked(table: DeltaTable, cached: int | None) -> list[dict[str, Any]]:
+    """The numbered commit infos of ``table`` after the last version up to which every
+    fanout compaction was checked (the newest :data:`CHECKED_TAG`, or ``cached``), up to
+    its loaded version, newest first: the newest :data:`FIRST_LOOK` commits read first,
+    then four times as many, up to the whole history."""
+    from fanout.delta_tables.io import numbered_history
+
+    at = table.version()
+    floor = cached if cached is not None and cached <= at else None
+    if floor == at:
+        return []
+    limit = at - floor if floor is not None else FIRST_LOOK
+    while True:
+        history = numbered_history(table, limit)
+        seen: list[dict[str, Any]] = []
+        for info in history:
+            if floor is not None and int(info["version"]) <= floor:
+                return seen
+            seen.append(info)
+            mark = _checked_mark(info)
+            if mark is not None and (floor is None or mark > floor):
+                floor = mark
+        if len(history) < limit or (floor is not None and int(history[-1]["version"]) <= floor + 1):
+            return seen  # the whole history, or every commit after the checked point
+        limit *= 4
+
+
+def _checked_mark(info: Mapping[str, Any]) -> int | None:
+    """The version a commit info records every fanout compaction checked up to, if any."""
+    try:
+        return int(info[CHECKED_TAG])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _repair(
+    table: DeltaTable,
+    what: str,
+    version: int,
+    token: str,
+    storage_options: Mapping[str, str] | None,
+    data_change: bool,
+) -> None:
+    """Check the unchecked compaction committed at ``version`` as :func:`compact` checks
+    its own; take it back if it duplicated rows."""
+    before = _files(_at_version(table, version - 1, storage_options))
+    after = _files(_at_version(table, version, storage_options))
+    gone = [f for path, f in before.items() if path not in after]
+    new = [f for path, f in after.items() if path not in before]
+    if not _duplicates(gone, new, what, version):
+        return
+    now = _files(table)
+    if not any(f.path in now for f in new) and all(f.path in now for f in gone):
+        return  # undone since (by hand, or by a taking back not tagged as fanout's)
+    moved = sorted(f.path for f in new if f.path not in now)
+    missing = _missing(table, gone)
+    if moved or missing:
+        why = (
+            f"since then a later commit removed its files {moved}, which now hold those rows"
+            if moved
+            else f"the files it removed are gone from storage (vacuumed): {missing}"
+        )
+        raise CompactionError(
+            f"{what}: the compaction committed at version {version} ({_COMMIT_TAG} = "
+            f"'compaction {token}') rewrote files another compaction had rewritten first, so "
+            "rows are in the table twice; the process that committed it ended before it "
+            f"checked that, and it cannot be taken back now: {why}. Deduplicate the table, "
+            f"or RESTORE it to version {version - 1} if nothing was written since"
+        )
+    log.warning(
+        "%s: the compaction committed at version %d was never checked (its process ended "
+        "after committing it) and rewrote files another compaction had rewritten first: "
+        "taking it back", what, version,
+    )  # fmt: skip
+    back = _take_back(table, what, version, gone, new, token, data_change)
+    _check_taken_back(table, what, version, back, new, storage_options, gone)
+
+
+def _missing(table: DeltaTable, files: list[_File]) -> list[str]:
+    """Which of ``files`` (paths relative to a local ``table``) are no longer on disk; on an
+    object store none is looked for (a re-add of a vacuumed file fails its reads)."""
+    import os
+
+    from fanout.contract.locations import local_path
+
+    root = local_path(table.table_uri)
+    if root is None:
+        return []
+    return sorted(f.path for f in files if not os.path.exists(os.path.join(root, f.path)))
 
 
 def _committed_version(table: DeltaTable, since: int, tag: str, unchecked: str, then: str) -> int:
@@ -292,11 +456,16 @@ def _check_taken_back(
     back: int,
     new: list[_File],
     storage_options: Mapping[str, str] | None,
+    gone: list[_File],
 ) -> None:
     """Refuse a taking back that came too late: a third compaction committed between the
     compaction and its taking back rewrote (some of) its added files, so their rows are
-    in that compaction's file too, twice, and no file can be removed to fix it."""
+    in that compaction's file too, twice, and no file can be removed to fix it. Another
+    taking back of the same compaction first (a later run's, :func:`repair_unchecked`,
+    while this process checked it) left this one changing nothing: accepted."""
     before = _files(_at_version(table, back - 1, storage_options))
+    if gone and not any(f.path in before for f in new) and all(f.path in before for f in gone):
+        return
     late = sorted(f.path for f in new if f.path not in before)
     if late:
         raise CompactionError(

@@ -522,3 +522,134 @@ def test_a_maintenance_without_compaction_whose_vacuums_all_met_commits_says_wha
     assert text.endswith("nothing was lost: run `fanout ledger maintain` again"), text
     assert _rows(path) == ROWS
     assert _marked(DeltaLedger(path)) == MARKS
+
+
+# -- a compaction left unchecked (its process killed), found by a later run ---------------
+
+
+def _unchecked(path: str, other_first: bool = True) -> None:
+    """What a fanout compaction whose process was killed right after its commit leaves:
+    its tagged commit, another program's OPTIMIZE of the same files before it when
+    ``other_first``, no check and no taking back."""
+    from deltalake import CommitProperties
+
+    mine = DeltaTable(path)
+    if other_first:
+        DeltaTable(path).optimize.compact()
+    tag = CommitProperties(custom_metadata={"fanoutCommit": "compaction killed"})
+    mine.optimize.compact(commit_properties=tag)
+
+
+def _scan(path: str) -> int:
+    """A later run's scan, in a fresh process (nothing remembered)."""
+    from fanout.delta_tables import compaction
+
+    compaction._checked_through.clear()
+    return compaction.repair_unchecked(DeltaTable(path), "test table", None)
+
+
+def test_a_later_scan_takes_back_an_unchecked_compaction_once(tmp_path: Path) -> None:
+    path = _table(tmp_path / "t", range(4))
+    _unchecked(path)
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+    assert _scan(path) == 5
+    assert _ids(path) == [0, 1, 2, 3]
+    assert DeltaTable(path).version() == 6  # taken back
+    assert _scan(path) == 6  # found taken back: not again
+    assert DeltaTable(path).version() == 6 and _ids(path) == [0, 1, 2, 3]
+
+
+def test_a_taken_back_compaction_is_not_taken_back_again_by_a_later_compaction(
+    tmp_path: Path,
+) -> None:
+    path = _table(tmp_path / "t", range(4))
+    mine = DeltaTable(path)
+    DeltaTable(path).optimize.compact()
+    assert compact(mine, "test table", None).taken_back  # version 6
+    write_deltalake(path, pa.table({"id": [4]}), mode="append")
+    from fanout.delta_tables import compaction
+
+    compaction._checked_through.clear()
+    done = compact(DeltaTable(path), "test table", None)
+
+    assert not done.taken_back and (done.files_removed, done.files_added) == (2, 1)
+    assert done.version == 8  # the compaction alone: nothing taken back again
+    assert _ids(path) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("raced", [False, True], ids=["alone", "after-an-append"])
+def test_a_legit_compaction_is_left_alone_by_a_later_scan(tmp_path: Path, raced: bool) -> None:
+    """A fanout compaction nobody raced, left unchecked (or planned before an append that
+    committed first: its snapshots are read, it rewrote no file twice): left as it is."""
+    path = _table(tmp_path / "t", range(4))
+    mine = DeltaTable(path)
+    if raced:
+        write_deltalake(path, pa.table({"id": [4]}), mode="append")
+    from deltalake import CommitProperties
+
+    tag = CommitProperties(custom_metadata={"fanoutCommit": "compaction killed"})
+    mine.optimize.compact(commit_properties=tag)
+    version = DeltaTable(path).version()
+
+    assert _scan(path) == version
+    assert DeltaTable(path).version() == version
+    assert _ids(path) == ([0, 1, 2, 3, 4] if raced else [0, 1, 2, 3])
+
+
+def test_an_unchecked_compaction_whose_files_a_later_one_rewrote_is_refused_naming_the_fix(
+    tmp_path: Path,
+) -> None:
+    from fanout.errors import CompactionError
+
+    path = _table(tmp_path / "t", range(4))
+    _unchecked(path)  # version 5
+    write_deltalake(path, pa.table({"id": [4]}), mode="append")
+    DeltaTable(path).optimize.compact()  # another program's: rewrites version 5's file
+
+    with pytest.raises(CompactionError) as raised:
+        _scan(path)
+
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 4]  # left as the error says
+    text = str(raised.value)
+    assert text.startswith(
+        "test table: the compaction committed at version 5 (fanoutCommit = 'compaction "
+        "killed') rewrote files another compaction had rewritten first, so rows are in the "
+        "table twice; the process that committed it ended before it checked that, and it "
+        "cannot be taken back now: since then a later commit removed its files ["
+    ), text
+    assert text.endswith(
+        "Deduplicate the table, or RESTORE it to version 4 if nothing was written since"
+    ), text
+
+
+def test_the_scan_reads_the_history_back_to_the_last_checked_point_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every fanout compaction records the version checked up to before it: a later scan
+    reads the newest commits, more only until it meets that record; the same process
+    then reads only the commits after the version it checked last."""
+    from fanout.delta_tables import compaction, io
+
+    path = _table(tmp_path / "t", range(10))
+    compact(DeltaTable(path), "test table", None)  # version 10, checked up to 9
+    for i in range(10, 15):
+        write_deltalake(path, pa.table({"id": [i]}), mode="append")  # versions 11-15
+    read = io.numbered_history
+    oldest: list[tuple[int | None, int]] = []
+
+    def recorded(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+        history = read(table, limit)
+        oldest.append((limit, int(history[-1]["version"])))
+        return history
+
+    monkeypatch.setattr(io, "numbered_history", recorded)
+    monkeypatch.setattr(compaction, "FIRST_LOOK", 2)
+
+    assert _scan(path) == 15
+    assert oldest == [(2, 14), (8, 8)]  # met version 10's record (9) among the 8 newest
+    oldest.clear()
+    write_deltalake(path, pa.table({"id": [15]}), mode="append")
+    assert compaction.repair_unchecked(DeltaTable(path), "test table", None) == 16
+    assert oldest == [(1, 16)]  # remembered: the one commit since
+    assert _ids(path) == list(range(16))
