@@ -416,7 +416,7 @@ HISTORY_READS = 20
 HISTORY_PAUSE_S = (0.005, 0.2)
 """The pause before :func:`numbered_history`'s second read, and the longest one: doubled
 each read, with jitter, so readers racing a busy writer do not list the log back to back
-(at most about 3 s over all :data:`HISTORY_READS` reads)."""
+(under 3 s over all :data:`HISTORY_READS` reads)."""
 
 
 def history_pause(attempt: int) -> float:
