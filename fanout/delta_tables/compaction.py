@@ -144,8 +144,9 @@ def compact(
         f"{what}: the compaction committed after version {base} could not be checked against "
         "another compaction of the same files",
         f"If a compaction by another program (an OPTIMIZE) committed after version {base} "
-        "too and removed some of the same files, their rows are now in the table twice, "
-        "which no later compaction sees: look in the table's history after version "
+        "too and removed some of the same files, their rows are now in the table twice "
+        "until the next fanout compaction of the table checks it again; to fix it at "
+        "once, look in the table's history after version "
         f"{base} for the two compactions (this one's commit info has {_COMMIT_TAG} = "
         f"'compaction {token}'); if both removed a same file, remove this one's added "
         "files (dataChange=false) and add back the files it removed, or RESTORE the table "
