@@ -93,21 +93,15 @@ def test_the_delta_sinks_open_takes_back_a_compaction_killed_before_its_check(
     assert '"dataChange":true' not in log.replace(" ", "")
 
 
-def _mark(batch_id: int) -> LedgerEntry:
-    return LedgerEntry(
-        pipeline="orders", sink="a", batch_id=batch_id, status="committed", query_id="q",
-        started_at=now_utc(),
-    )  # fmt: skip
-
-
 def test_the_ledgers_next_compaction_takes_back_its_compaction_killed_before_its_check(
     tmp_path: Path,
 ) -> None:
     path = str(tmp_path / "ledger")
     ledger = DeltaLedger(path, compact_after_files=None)
     ledger.open()
-    for batch_id in range(4):
-        ledger.mark_committed(_mark(batch_id))
+    for batch_id in range(4):  # sink "a" of pipeline "orders" marks batches 0-3
+        entry = LedgerEntry("orders", "a", batch_id, "committed", "q", started_at=now_utc())
+        ledger.mark_committed(entry)
 
     run = _killed("ledger", path)
 
