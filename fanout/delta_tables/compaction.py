@@ -21,7 +21,8 @@ looks in the table's history since the last checked point for fanout's compactio
 <token>"`` after them), and checks each as :func:`compact` checks its own: one that
 duplicated rows is taken back the same way, ``dataChange`` as the caller's, or, when a
 later compaction already rewrote its files, refused loudly (:class:`CompactionError`,
-logged by the callers, naming the files and the version to restore). Every compaction
+logged by the callers, naming the files and the version to restore; once: then counted
+as checked, and the next compaction goes on). Every compaction
 fanout commits records in its commit info the version up to which every fanout
 compaction was checked (``fanoutCompactionsChecked``), so the scan reads the history
 back to the newest such record only (and a process remembers the version it checked
@@ -180,6 +181,8 @@ def repair_unchecked(
     :param data_change: the ``dataChange`` of a taking back's actions (as :func:`compact`).
     :raises CompactionError: a compaction duplicated rows and cannot be taken back (a later
         commit rewrote its files), or taking it back failed; the message says what to do.
+        Raised after every other compaction was checked, and once: the process counts it
+        checked (its next compaction goes on, and records it so).
     :raises HistoryUnsettledError: other writers committed during each read of the history.
     """
     uri, at = table.table_uri, table.version()
@@ -189,6 +192,7 @@ def repair_unchecked(
         for info in history
         if str(info.get(_COMMIT_TAG)).startswith("take back ")
     }
+    refused: CompactionError | None = None
     for info in reversed(history):  # the oldest first
         tag = str(info.get(_COMMIT_TAG))
         version = int(info["version"])
@@ -196,8 +200,16 @@ def repair_unchecked(
             continue
         if info.get("readVersion") == version - 1:
             continue  # planned on the version before its commit: nothing raced it
-        _repair(table, what, version, tag.removeprefix("compaction "), storage_options, data_change)
+        token = tag.removeprefix("compaction ")
+        try:
+            _repair(table, what, version, token, storage_options, data_change)
+        except CompactionError as exc:
+            refused = refused or exc
+    # A refused compaction counts as checked once reported: a person fixes it (the error
+    # says how), and this process's next compaction of the table goes on.
     _checked_through[uri] = at
+    if refused is not None:
+        raise refused
     return at
 
 
@@ -252,6 +264,7 @@ def _repair(
     new = [f for path, f in after.items() if path not in before]
     if not _duplicates(gone, new, what, version):
         return
+    table.update_incremental()  # what a later commit did to its files decides
     now = _files(table)
     if not any(f.path in now for f in new) and all(f.path in now for f in gone):
         return  # undone since (by hand, or by a taking back not tagged as fanout's)
