@@ -83,7 +83,8 @@ def test_the_delta_sinks_open_takes_back_a_compaction_killed_before_its_check(
 
     path = _killed_table(tmp_path)
 
-    DeltaSink(name="orders", path=path, compact_every=10).open(SinkContext(pipeline="p"))
+    sink = DeltaSink(name="orders", path=path, engine="rs", compact_every=10)
+    sink.open(SinkContext(pipeline="p"))
 
     assert _ids(path) == [0, 1, 2, 3, 4]
     assert _tags(path) == ["compaction", "take"]
