@@ -262,13 +262,15 @@ def _repair(
         before = _files(_at_version(table, version - 1, storage_options))
         after = _files(_at_version(table, version, storage_options))
     except Exception as exc:  # its log cleaned up since (delta.logRetentionDuration)
+        from fanout.delta_tables.io import one_line
+
         raise CompactionError(
             f"{what}: the compaction committed at version {version} ({_COMMIT_TAG} = "
             f"'compaction {token}') was never checked against another compaction of the same "
             "files (the process that committed it ended first), and its versions can no "
-            f"longer be read ({type(exc).__name__}: {exc}): if another compaction removed "
-            "some of the same files before it, their rows are in the table twice; look for "
-            "duplicated rows and deduplicate the table"
+            f"longer be read ({type(exc).__name__}: {one_line(str(exc))}): if another "
+            "compaction removed some of the same files before it, their rows are in the "
+            "table twice; look for duplicated rows and deduplicate the table"
         ) from exc
     gone = [f for path, f in before.items() if path not in after]
     new = [f for path, f in after.items() if path not in before]
