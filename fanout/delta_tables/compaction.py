@@ -278,7 +278,7 @@ def _repair(
         return
     table.update_incremental()  # what a later commit did to its files decides
     now = _files(table)
-    if not any(f.path in now for f in new) and all(f.path in now for f in gone):
+    if gone and not any(f.path in now for f in new) and all(f.path in now for f in gone):
         return  # undone since (by hand, or by a taking back not tagged as fanout's)
     moved = sorted(f.path for f in new if f.path not in now)
     missing = _missing(table, gone)
