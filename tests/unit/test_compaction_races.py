@@ -659,3 +659,25 @@ def test_the_scan_reads_the_history_back_to_the_last_checked_point_only(
     assert compaction.repair_unchecked(DeltaTable(path), "test table", None) == 16
     assert oldest == [(1, 16)]  # remembered: the one commit since
     assert _ids(path) == list(range(16))
+
+
+def test_an_unchecked_compaction_whose_removed_files_were_vacuumed_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Adding back a file vacuum deleted would break every read of the table: refused."""
+    from deltalake import CommitProperties
+
+    from fanout.errors import CompactionError
+
+    path = _table(tmp_path / "t", range(4))
+    other = DeltaTable(path)  # plans on ids 0-3
+    write_deltalake(path, pa.table({"id": [4]}), mode="append")
+    mine = DeltaTable(path)  # plans on ids 0-4: removes id 4's file alone
+    other.optimize.compact()
+    tag = CommitProperties(custom_metadata={"fanoutCommit": "compaction killed"})
+    mine.optimize.compact(commit_properties=tag)  # version 6, killed unchecked
+    DeltaTable(path).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+
+    with pytest.raises(CompactionError, match=r"the files it removed are gone from storage"):
+        _scan(path)
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 4]
