@@ -120,12 +120,28 @@ def compact(
         readers may stream the table (they skip such commits), ``True`` where none does
         (a compaction planned before it then fails to commit).
     :raises CompactionError: the compaction duplicated rows and taking it back failed
-        (the message names the files to remove), or so did an earlier fanout compaction
-        left unchecked (:func:`repair_unchecked`; this one then did not run).
+        (the message names the files to remove), or an earlier fanout compaction left
+        unchecked duplicated rows and cannot be taken back (:func:`repair_unchecked`; this
+        one ran all the same, and the next one reports it again until it is fixed).
     """
+    checked, refused = _scan(table, what, storage_options, data_change)
+    done = _compact(table, what, storage_options, checked, rewrite, data_change)
+    if refused is not None:  # reported at every compaction until a person fixes it
+        raise refused
+    return done
+
+
+def _compact(
+    table: DeltaTable,
+    what: str,
+    storage_options: Mapping[str, str] | None,
+    checked: int,
+    rewrite: Callable[[DeltaTable, Any], Mapping[str, Any]] | None,
+    data_change: bool,
+) -> Compaction:
+    """:func:`compact`'s own compaction and its check, recording ``checked``."""
     from deltalake import CommitProperties
 
-    checked = repair_unchecked(table, what, storage_options, data_change=data_change)
     base, token = table.version(), uuid.uuid4().hex
     tagged = CommitProperties(
         custom_metadata={_COMMIT_TAG: f"compaction {token}", CHECKED_TAG: str(checked)}
@@ -181,18 +197,35 @@ def repair_unchecked(
     :param data_change: the ``dataChange`` of a taking back's actions (as :func:`compact`).
     :raises CompactionError: a compaction duplicated rows and cannot be taken back (a later
         commit rewrote its files), or taking it back failed; the message says what to do.
-        Raised after every other compaction was checked, and once: the process counts it
-        checked (its next compaction goes on, and records it so).
+        Raised after every other compaction was checked, and again by every later scan
+        (no compaction records it checked) until a person fixes the table and marks it so,
+        as the message says.
     :raises HistoryUnsettledError: other writers committed during each read of the history.
     """
+    at, refused = _scan(table, what, storage_options, data_change)
+    if refused is not None:
+        raise refused
+    return at
+
+
+def _scan(
+    table: DeltaTable,
+    what: str,
+    storage_options: Mapping[str, str] | None,
+    data_change: bool,
+) -> tuple[int, CompactionError | None]:
+    """:func:`repair_unchecked`'s work: the version up to which every fanout compaction is
+    checked (before the oldest refused one, if any) and the first refusal."""
     uri, at = table.table_uri, table.version()
     history = _since_checked(table, _checked_through.get(uri))
     backs = {
-        str(info.get(_COMMIT_TAG)).removeprefix("take back ")
+        str(info.get(key)).removeprefix("take back ")
         for info in history
-        if str(info.get(_COMMIT_TAG)).startswith("take back ")
+        for key in (_COMMIT_TAG, "userMetadata")  # a person's "fixed" mark, also from Spark
+        if str(info.get(key)).startswith("take back ")
     }
     refused: CompactionError | None = None
+    checked = at
     for info in reversed(history):  # the oldest first
         tag = str(info.get(_COMMIT_TAG))
         version = int(info["version"])
@@ -205,12 +238,12 @@ def repair_unchecked(
             _repair(table, what, version, token, storage_options, data_change)
         except CompactionError as exc:
             refused = refused or exc
-    # A refused compaction counts as checked once reported: a person fixes it (the error
-    # says how), and this process's next compaction of the table goes on.
-    _checked_through[uri] = at
-    if refused is not None:
-        raise refused
-    return at
+            checked = min(checked, version - 1)
+    # A refused compaction is never recorded checked: every later scan (this process's
+    # next compaction, the next run's) finds and reports it again until a person fixes
+    # the table and marks it fixed (the error says how); compactions go on meanwhile.
+    _checked_through[uri] = checked
+    return checked, refused
 
 
 def _since_checked(table: DeltaTable, cached: int | None) -> list[dict[str, Any]]:
@@ -270,7 +303,7 @@ def _repair(
             "files (the process that committed it ended first), and its versions can no "
             f"longer be read ({type(exc).__name__}: {one_line(str(exc))}): if another "
             "compaction removed some of the same files before it, their rows are in the "
-            "table twice; look for duplicated rows and deduplicate the table"
+            "table twice; look for duplicated rows and deduplicate the table. " + _fix_mark(token)
         ) from exc
     gone = [f for path, f in before.items() if path not in after]
     new = [f for path, f in after.items() if path not in before]
@@ -281,7 +314,7 @@ def _repair(
     if gone and not any(f.path in now for f in new) and all(f.path in now for f in gone):
         return  # undone since (by hand, or by a taking back not tagged as fanout's)
     moved = sorted(f.path for f in new if f.path not in now)
-    missing = _missing(table, gone)
+    missing = _missing(table, gone, storage_options)
     if moved or missing:
         why = (
             f"since then a later commit removed its files {moved}, which now hold those rows"
@@ -293,7 +326,8 @@ def _repair(
             f"'compaction {token}') rewrote files another compaction had rewritten first, so "
             "rows are in the table twice; the process that committed it ended before it "
             f"checked that, and it cannot be taken back now: {why}. Deduplicate the table, "
-            f"or RESTORE it to version {version - 1} if nothing was written since"
+            f"or RESTORE it to version {version - 1} if nothing was written since. "
+            + _fix_mark(token)
         )
     log.warning(
         "%s: the compaction committed at version %d was never checked (its process ended "
@@ -304,17 +338,29 @@ def _repair(
     _check_taken_back(table, what, version, back, new, storage_options, gone)
 
 
-def _missing(table: DeltaTable, files: list[_File]) -> list[str]:
-    """Which of ``files`` (paths relative to a local ``table``) are no longer on disk; on an
-    object store none is looked for (a re-add of a vacuumed file fails its reads)."""
-    import os
+def _fix_mark(token: str) -> str:
+    """How a person tells fanout that a refused compaction's duplicated rows are fixed."""
+    return (
+        "Every fanout compaction of the table reports this again until the fix commits "
+        f"with {_COMMIT_TAG} = 'take back {token}' in its commit info (delta-rs: "
+        "CommitProperties(custom_metadata=...); Spark: the write option userMetadata = "
+        f"'take back {token}'); a RESTORE to the version before it needs no mark"
+    )
 
-    from fanout.contract.locations import local_path
 
-    root = local_path(table.table_uri)
-    if root is None:
-        return []
-    return sorted(f.path for f in files if not os.path.exists(os.path.join(root, f.path)))
+def _missing(
+    table: DeltaTable, files: list[_File], storage_options: Mapping[str, str] | None
+) -> list[str]:
+    """Which of ``files`` (paths relative to ``table``'s root) are gone from its storage,
+    looked up through delta-rs' own object store (a local disk or an object store alike):
+    adding back a file vacuum deleted would fail every read of the table."""
+    from deltalake.fs import DeltaStorageHandler
+    from pyarrow.fs import FileType
+
+    store = DeltaStorageHandler(table.table_uri, dict(storage_options or {}) or None)
+    found = store.get_file_info([f.path for f in files])
+    gone = [f.path for f, info in zip(files, found, strict=True) if info.type == FileType.NotFound]
+    return sorted(gone)
 
 
 def _committed_version(table: DeltaTable, since: int, tag: str, unchecked: str, then: str) -> int:

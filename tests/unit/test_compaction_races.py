@@ -623,10 +623,47 @@ def test_an_unchecked_compaction_whose_files_a_later_one_rewrote_is_refused_nami
         "cannot be taken back now: since then a later commit removed its files ["
     ), text
     assert text.endswith(
-        "Deduplicate the table, or RESTORE it to version 4 if nothing was written since"
+        "Deduplicate the table, or RESTORE it to version 4 if nothing was written since. "
+        "Every fanout compaction of the table reports this again until the fix commits with "
+        "fanoutCommit = 'take back killed' in its commit info (delta-rs: "
+        "CommitProperties(custom_metadata=...); Spark: the write option userMetadata = "
+        "'take back killed'); a RESTORE to the version before it needs no mark"
     ), text
-    compact(DeltaTable(path), "test table", None)  # reported once: the next one goes on
-    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 4]  # for a person to fix
+    write_deltalake(path, pa.table({"id": [5]}), mode="append")  # version 8
+    with pytest.raises(CompactionError) as again:  # this process's next compaction
+        compact(DeltaTable(path), "test table", None)
+    assert str(again.value) == text
+    done = DeltaTable(path)  # the compaction went on all the same: version 9
+    assert done.version() == 9 and len(done.file_uris()) == 1
+    assert done.history(1)[0]["fanoutCompactionsChecked"] == "4"  # not past the refused
+    with pytest.raises(CompactionError) as next_run:  # a later run's: reported again
+        _scan(path)
+    assert str(next_run.value) == text
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 5]  # for a person to fix
+
+
+@pytest.mark.parametrize("key", ["fanoutCommit", "userMetadata"], ids=["delta-rs", "spark"])
+def test_a_refused_compaction_marked_fixed_by_a_person_is_no_longer_reported(
+    tmp_path: Path, key: str
+) -> None:
+    """The fix the refusal names: deduplicate, commit with the mark (delta-rs' custom
+    metadata, or the commit info's userMetadata a Spark write sets); the scans stop."""
+    from deltalake import CommitProperties
+
+    from fanout.errors import CompactionError
+
+    path = _table(tmp_path / "t", range(4))
+    _unchecked(path)  # version 5
+    DeltaTable(path).optimize.compact()  # rewrites version 5's file: refused
+    with pytest.raises(CompactionError):
+        _scan(path)
+    rows = pa.table({"id": sorted(set(_ids(path)))})
+    fixed = CommitProperties(custom_metadata={key: "take back killed"})
+    write_deltalake(path, rows, mode="overwrite", commit_properties=fixed)  # version 7
+
+    assert _scan(path) == 7
+    done = compact(DeltaTable(path), "test table", None)
+    assert not done.taken_back and _ids(path) == [0, 1, 2, 3]
 
 
 def test_the_scan_reads_the_history_back_to_the_last_checked_point_only(
