@@ -21,8 +21,10 @@ looks in the table's history since the last checked point for fanout's compactio
 <token>"`` after them), and checks each as :func:`compact` checks its own: one that
 duplicated rows is taken back the same way, ``dataChange`` as the caller's, or, when a
 later compaction already rewrote its files, refused loudly (:class:`CompactionError`,
-logged by the callers, naming the files and the version to restore; once: then counted
-as checked, and the next compaction goes on). Every compaction
+logged by the callers, naming the files and the version to restore). A refused one is
+never recorded as checked: the compactions go on, and each reports it again until a
+RESTORE undoes it or a person's fix commits with ``"take back <token>"`` (as
+``fanoutCommit`` or Spark's ``userMetadata``). Every compaction
 fanout commits records in its commit info the version up to which every fanout
 compaction was checked (``fanoutCompactionsChecked``), so the scan reads the history
 back to the newest such record only (and a process remembers the version it checked
@@ -35,6 +37,9 @@ compaction to the next fanout run that compacts the table (or opens its sink).
 What it cannot see: a compaction by another program (a scheduled ``OPTIMIZE``) that
 planned before this one committed and commits after it duplicates the rows the same
 way; only that program's own commit could be checked, and it carries no fanout tag.
+Nor the Delta sink's Spark engine's compaction (delta-spark's ``OPTIMIZE``, untagged),
+nor a sink's table whose ``compact_every`` was removed after the crash (its open scans
+only with it set) until a fanout compaction of the table runs again.
 """
 
 from __future__ import annotations
