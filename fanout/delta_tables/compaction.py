@@ -223,12 +223,7 @@ def _scan(
     checked (before the oldest refused one, if any) and the first refusal."""
     uri, at = table.table_uri, table.version()
     history = _since_checked(table, _checked_through.get(uri))
-    backs = {
-        str(info.get(key)).removeprefix("take back ")
-        for info in history
-        for key in (_COMMIT_TAG, "userMetadata")  # a person's "fixed" mark, also from Spark
-        if str(info.get(key)).startswith("take back ")
-    }
+    backs = _taken_back(history)
     refused: CompactionError | None = None
     checked = at
     for info in reversed(history):  # the oldest first
@@ -249,6 +244,16 @@ def _scan(
     # the table and marks it fixed (the error says how); compactions go on meanwhile.
     _checked_through[uri] = checked
     return checked, refused
+
+
+def _taken_back(history: list[dict[str, Any]]) -> set[str]:
+    """The tokens of the compactions taken back (or marked fixed) in ``history``."""
+    return {
+        str(info.get(key)).removeprefix("take back ")
+        for info in history
+        for key in (_COMMIT_TAG, "userMetadata")  # a person's "fixed" mark, also from Spark
+        if str(info.get(key)).startswith("take back ")
+    }
 
 
 def _since_checked(table: DeltaTable, cached: int | None) -> list[dict[str, Any]]:
@@ -314,7 +319,13 @@ def _repair(
     new = [f for path, f in after.items() if path not in before]
     if not _duplicates(gone, new, what, version):
         return
+    loaded = table.version()
     table.update_incremental()  # what a later commit did to its files decides
+    if loaded < table.version():
+        from fanout.delta_tables.io import numbered_history
+
+        if token in _taken_back(numbered_history(table, table.version() - loaded)):
+            return  # another run took it back (or a person fixed it) after our snapshot
     now = _files(table)
     if gone and not any(f.path in now for f in new) and all(f.path in now for f in gone):
         return  # undone since (by hand, or by a taking back not tagged as fanout's)

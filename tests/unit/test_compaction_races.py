@@ -718,3 +718,28 @@ def test_an_unchecked_compaction_whose_removed_files_were_vacuumed_is_refused(
     with pytest.raises(CompactionError, match=r"the files it removed are gone from storage"):
         _scan(path)
     assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 4]
+
+
+@pytest.mark.parametrize("third", [False, True], ids=["alone", "then-an-optimize"])
+def test_two_scans_at_once_take_an_unchecked_compaction_back_once(
+    tmp_path: Path, third: bool
+) -> None:
+    """Two runs scanning the same table at once (two pipelines' sinks, a shared ledger):
+    the second, planned before the first took the compaction back, finds it taken back
+    (and, when an OPTIMIZE then rewrote the files added back, does not call that rows
+    twice): no second taking back, every row once."""
+    from fanout.delta_tables import compaction
+
+    path = _table(tmp_path / "t", range(4))
+    _unchecked(path)  # version 5
+    late = DeltaTable(path)  # the second run's snapshot, before the taking back
+    assert _scan(path) == 5  # the first run takes it back: version 6
+    if third:
+        DeltaTable(path).optimize.compact()  # version 7 rewrites the files added back
+    version = DeltaTable(path).version()
+
+    compaction._checked_through.clear()
+    assert compaction.repair_unchecked(late, "test table", None) == 5
+
+    assert DeltaTable(path).version() == version  # nothing committed again
+    assert _ids(path) == [0, 1, 2, 3]
