@@ -38,8 +38,9 @@ What it cannot see: a compaction by another program (a scheduled ``OPTIMIZE``) t
 planned before this one committed and commits after it duplicates the rows the same
 way; only that program's own commit could be checked, and it carries no fanout tag.
 Nor the Delta sink's Spark engine's compaction (delta-spark's ``OPTIMIZE``, untagged),
-nor a sink's table whose ``compact_every`` was removed after the crash (its open scans
-only with it set) until a fanout compaction of the table runs again.
+nor, past its :data:`RECENT` newest commits, a sink's table whose ``compact_every`` was
+removed after the crash (its open then looks only there) until a fanout compaction of
+the table runs again.
 """
 
 from __future__ import annotations
@@ -244,6 +245,22 @@ def _scan(
     # the table and marks it fixed (the error says how); compactions go on meanwhile.
     _checked_through[uri] = checked
     return checked, refused
+
+
+RECENT = 20
+"""How many of the newest commits :func:`recently_compacted` reads (one GET each on an
+object store, at every open of a Delta sink that does not compact)."""
+
+
+def recently_compacted(table: DeltaTable) -> bool:
+    """Whether a fanout compaction is among ``table``'s newest :data:`RECENT` commits (a
+    sink no longer compacting looks for unchecked ones only then)."""
+    from fanout.delta_tables.io import numbered_history
+
+    return any(
+        str(info.get(_COMMIT_TAG)).startswith("compaction ")
+        for info in numbered_history(table, RECENT)
+    )
 
 
 def _taken_back(history: list[dict[str, Any]]) -> set[str]:

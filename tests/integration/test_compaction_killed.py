@@ -77,14 +77,17 @@ def test_the_next_compaction_takes_back_a_compaction_killed_before_its_check(
     assert len(DeltaTable(path).file_uris()) == 1
 
 
+@pytest.mark.parametrize("every", [10, None], ids=["compacting", "compact_every-removed"])
 def test_the_delta_sinks_open_takes_back_a_compaction_killed_before_its_check(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, every: int | None
 ) -> None:
+    """Also when the user removed ``compact_every`` after the crash: the compaction is
+    among the table's newest commits."""
     from fanout_delta import DeltaSink
 
     path = _killed_table(tmp_path)
 
-    sink = DeltaSink(name="orders", path=path, engine="rs", compact_every=10)
+    sink = DeltaSink(name="orders", path=path, engine="rs", compact_every=every)
     with caplog.at_level(logging.WARNING):
         sink.open(SinkContext(pipeline="p"))
 

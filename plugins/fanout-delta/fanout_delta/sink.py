@@ -24,7 +24,8 @@ Design decisions:
   write that is then skipped. A compaction that another compaction of the same files
   committed before is taken back at once (:mod:`fanout.delta_tables.compaction`); one
   whose run was killed before that check is checked, and taken back, by the next
-  compaction and at the sink's open (``compact_every`` set, engine ``rs``).
+  compaction and at the sink's open (engine ``rs``; without ``compact_every``, when one
+  of the newest commits is a fanout compaction).
 - Each commit records the batch's plan (:mod:`fanout_delta.plans`): a batch found already
   written is skipped only when its commit was planned alike, and refused with
   :class:`fanout.CheckpointRollbackError` when Spark planned it again (a rolled-back
@@ -240,7 +241,7 @@ class DeltaSink(Sink):
             self._check_constraints(table, context.spark)
             if self.resolved_engine == "rs":
                 self._refuse_binary_partitions(table)
-                if self.compact_every and not context.checking:
+                if not context.checking:
                     self._repair_compactions(table)
         elif context.checking:
             context.would(f"create the Delta table at {self.path} (its first batch does)")
@@ -817,12 +818,15 @@ class DeltaSink(Sink):
     def _repair_compactions(self, table: Any) -> None:
         """Take back a compaction of the table a run of this sink (or another's) committed
         and was killed before checking (:func:`fanout.delta_tables.compaction.repair_unchecked`);
-        a repair that fails is logged, as a failed compaction is: the next one looks again."""
-        from fanout.delta_tables.compaction import repair_unchecked
+        a repair that fails is logged, as a failed compaction is: the next one looks again.
+        Without ``compact_every`` (removed since the crash) only when the newest commits
+        hold a fanout compaction (``RECENT``): a table none compacted is not read back whole."""
+        from fanout.delta_tables.compaction import recently_compacted, repair_unchecked
 
         what = f"sink {self.name!r} table {self.path}"
         try:
-            repair_unchecked(table, what, self.storage_options)
+            if self.compact_every or recently_compacted(table):
+                repair_unchecked(table, what, self.storage_options)
         except CompactionError as exc:  # rows stay duplicated: say so loudly
             logger.error("sink %r: %s", self.name, exc)
         except Exception:
