@@ -209,16 +209,13 @@ def repair_unchecked(
     :raises HistoryUnsettledError: other writers committed during each read of the history.
     """
     at, refused = _scan(table, what, storage_options, data_change)
-    if refused is not None:
-        raise refused
-    return at
+    if refused is None:
+        return at
+    raise refused
 
 
 def _scan(
-    table: DeltaTable,
-    what: str,
-    storage_options: Mapping[str, str] | None,
-    data_change: bool,
+    table: DeltaTable, what: str, storage_options: Mapping[str, str] | None, data_change: bool
 ) -> tuple[int, CompactionError | None]:
     """:func:`repair_unchecked`'s work: the version up to which every fanout compaction is
     checked (before the oldest refused one, if any) and the first refusal."""
