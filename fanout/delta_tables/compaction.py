@@ -214,11 +214,32 @@ def repair_unchecked(
     raise refused
 
 
+def would_take_back(
+    table: DeltaTable, what: str, storage_options: Mapping[str, str] | None
+) -> list[int]:
+    """What :func:`repair_unchecked` would do, changing nothing (``fanout validate``): the
+    versions of the unchecked compactions it would take back.
+
+    :raises CompactionError: one of them cannot be taken back (as :func:`repair_unchecked`).
+    """
+    would: list[int] = []
+    _, refused = _scan(table, what, storage_options, False, would)
+    if refused is None:
+        return would
+    raise refused
+
+
 def _scan(
-    table: DeltaTable, what: str, storage_options: Mapping[str, str] | None, data_change: bool
+    table: DeltaTable,
+    what: str,
+    storage_options: Mapping[str, str] | None,
+    data_change: bool,
+    would: list[int] | None = None,
 ) -> tuple[int, CompactionError | None]:
     """:func:`repair_unchecked`'s work: the version up to which every fanout compaction is
-    checked (before the oldest refused one, if any) and the first refusal."""
+    checked (before the oldest refused one, if any) and the first refusal; given
+    ``would``, nothing is taken back nor remembered: the versions to take back are added
+    to it."""
     uri, at = table.table_uri, table.version()
     history = _since_checked(table, _checked_through.get(uri))
     backs = _taken_back(history)
@@ -233,14 +254,19 @@ def _scan(
             continue  # planned on the version before its commit: nothing raced it
         token = tag.removeprefix("compaction ")
         try:
-            _repair(table, what, version, token, storage_options, data_change)
+            taken = _repair(
+                table, what, version, token, storage_options, data_change, would is not None
+            )
+            if taken and would is not None:
+                would.append(version)
         except CompactionError as exc:
             refused = refused or exc
             checked = min(checked, version - 1)
     # A refused compaction is never recorded checked: every later scan (this process's
     # next compaction, the next run's) finds and reports it again until a person fixes
     # the table and marks it fixed (the error says how); compactions go on meanwhile.
-    _checked_through[uri] = checked
+    if would is None:
+        _checked_through[uri] = checked
     return checked, refused
 
 
@@ -312,9 +338,11 @@ def _repair(
     token: str,
     storage_options: Mapping[str, str] | None,
     data_change: bool,
-) -> None:
+    dry: bool,
+) -> bool:
     """Check the unchecked compaction committed at ``version`` as :func:`compact` checks
-    its own; take it back if it duplicated rows."""
+    its own; take it back if it duplicated rows (``dry``: not, only say so). Return
+    whether it was (would be) taken back."""
     try:
         before = _files(_at_version(table, version - 1, storage_options))
         after = _files(_at_version(table, version, storage_options))
@@ -332,17 +360,17 @@ def _repair(
     gone = [f for path, f in before.items() if path not in after]
     new = [f for path, f in after.items() if path not in before]
     if not _duplicates(gone, new, what, version):
-        return
+        return False
     loaded = table.version()
     table.update_incremental()  # what a later commit did to its files decides
     if loaded < table.version():
         from fanout.delta_tables.io import numbered_history
 
         if token in _taken_back(numbered_history(table, table.version() - loaded)):
-            return  # another run took it back (or a person fixed it) after our snapshot
+            return False  # another run took it back (or a person fixed it) after our snapshot
     now = _files(table)
     if gone and not any(f.path in now for f in new) and all(f.path in now for f in gone):
-        return  # undone since (by hand, or by a taking back not tagged as fanout's)
+        return False  # undone since (by hand, or by a taking back not tagged as fanout's)
     moved = sorted(f.path for f in new if f.path not in now)
     missing = _missing(table, gone, storage_options)
     if moved or missing:
@@ -359,6 +387,8 @@ def _repair(
             f"or RESTORE it to version {version - 1} if nothing was written since. "
             + _fix_mark(token)
         )
+    if dry:
+        return True
     log.warning(
         "%s: the compaction committed at version %d was never checked (its process ended "
         "after committing it) and rewrote files another compaction had rewritten first: "
@@ -366,6 +396,7 @@ def _repair(
     )  # fmt: skip
     back = _take_back(table, what, version, gone, new, token, data_change)
     _check_taken_back(table, what, version, back, new, storage_options, gone)
+    return True
 
 
 def _fix_mark(token: str) -> str:

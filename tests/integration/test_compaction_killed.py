@@ -119,3 +119,29 @@ def test_the_ledgers_next_compaction_takes_back_its_compaction_killed_before_its
     rows = DeltaLedger(path).read().to_pylist()
     assert sorted(r["batch_id"] for r in rows) == [0, 1, 2, 3]
     assert DeltaLedger(path).last_committed("orders", ["a"]) == {"a": 3}
+
+
+def test_validate_tells_the_taking_back_of_a_compaction_killed_before_its_check(
+    tmp_path: Path,
+) -> None:
+    """``fanout validate`` opens the sink changing nothing: it says what the run takes
+    back; the run's open then does."""
+    from fanout_delta import DeltaSink
+
+    path = _killed_table(tmp_path)
+    version = DeltaTable(path).version()
+    sink = DeltaSink(name="orders", path=path, engine="rs", compact_every=10)
+
+    checking = SinkContext(pipeline="p", checking=True)
+    sink.open(checking)
+
+    assert checking.changes == [
+        f"take back the compaction committed at version 5 of {path} (its process was "
+        "killed before checking it: rows are in the table twice)"
+    ]
+    assert DeltaTable(path).version() == version
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 4]
+    DeltaSink(name="orders", path=path, engine="rs", compact_every=10).open(
+        SinkContext(pipeline="p")
+    )
+    assert _ids(path) == [0, 1, 2, 3, 4]

@@ -241,8 +241,7 @@ class DeltaSink(Sink):
             self._check_constraints(table, context.spark)
             if self.resolved_engine == "rs":
                 self._refuse_binary_partitions(table)
-                if not context.checking:
-                    self._repair_compactions(table)
+                self._repair_compactions(table, context)
         elif context.checking:
             context.would(f"create the Delta table at {self.path} (its first batch does)")
         if self.resolved_engine == "rs":
@@ -815,18 +814,32 @@ class DeltaSink(Sink):
             value, retention,
         )  # fmt: skip
 
-    def _repair_compactions(self, table: Any) -> None:
+    def _repair_compactions(self, table: Any, context: SinkContext) -> None:
         """Take back a compaction of the table a run of this sink (or another's) committed
         and was killed before checking (:func:`fanout.delta_tables.compaction.repair_unchecked`);
         a repair that fails is logged, as a failed compaction is: the next one looks again.
         Without ``compact_every`` (removed since the crash) only when the newest commits
-        hold a fanout compaction (``RECENT``): a table none compacted is not read back whole."""
-        from fanout.delta_tables.compaction import recently_compacted, repair_unchecked
+        hold a fanout compaction (``RECENT``): a table none compacted is not read back whole.
+        ``fanout validate`` (``context.checking``) changes nothing: it tells what the run
+        would take back, and logs a refusal as the run does."""
+        from fanout.delta_tables.compaction import (
+            recently_compacted,
+            repair_unchecked,
+            would_take_back,
+        )
 
         what = f"sink {self.name!r} table {self.path}"
         try:
-            if self.compact_every or recently_compacted(table):
+            if not (self.compact_every or recently_compacted(table)):
+                return
+            if not context.checking:
                 repair_unchecked(table, what, self.storage_options)
+                return
+            for version in would_take_back(table, what, self.storage_options):
+                context.would(
+                    f"take back the compaction committed at version {version} of {self.path} "
+                    "(its process was killed before checking it: rows are in the table twice)"
+                )
         except CompactionError as exc:  # rows stay duplicated: say so loudly
             logger.error("sink %r: %s", self.name, exc)
         except Exception:
