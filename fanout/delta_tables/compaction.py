@@ -51,7 +51,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fanout.delta_tables.values import partition_text
 from fanout.errors import CompactionError, HistoryUnsettledError
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _COMMIT_TAG = "fanoutCommit"
 """The commit info key marking fanout's compaction and its taking back, to find their
@@ -130,60 +131,9 @@ def compact(
         unchecked duplicated rows and cannot be taken back (:func:`repair_unchecked`; this
         one ran all the same, and the next one reports it again until it is fixed).
     """
-    checked, refused = _scan(table, what, storage_options, data_change)
-    done = _compact(table, what, storage_options, checked, rewrite, data_change)
-    if refused is not None:  # reported at every compaction until a person fixes it
-        raise refused
-    return done
-
-
-def _compact(
-    table: DeltaTable,
-    what: str,
-    storage_options: Mapping[str, str] | None,
-    checked: int,
-    rewrite: Callable[[DeltaTable, Any], Mapping[str, Any]] | None,
-    data_change: bool,
-) -> Compaction:
-    """:func:`compact`'s own compaction and its check, recording ``checked``."""
-    from deltalake import CommitProperties
-
-    base, token = table.version(), uuid.uuid4().hex
-    tagged = CommitProperties(
-        custom_metadata={_COMMIT_TAG: f"compaction {token}", CHECKED_TAG: str(checked)}
-    )
-    metrics: Mapping[str, Any]
-    if rewrite is None:
-        metrics = table.optimize.compact(commit_properties=tagged)
-    else:
-        metrics = rewrite(table, tagged)
-    removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
-    if not added:
-        return Compaction(removed, added, False, table.version())
-    version = _committed_version(
-        table,
-        base,
-        f"compaction {token}",
-        f"{what}: the compaction committed after version {base} could not be checked against "
-        "another compaction of the same files",
-        f"If a compaction by another program (an OPTIMIZE) committed after version {base} "
-        "too and removed some of the same files, their rows are now in the table twice "
-        "until the next fanout compaction of the table checks it again; to fix it at "
-        "once, look in the table's history after version "
-        f"{base} for the two compactions (this one's commit info has {_COMMIT_TAG} = "
-        f"'compaction {token}'); if both removed a same file, remove this one's added "
-        "files (dataChange=false) and add back the files it removed, or RESTORE the table "
-        "to the version before it if nothing was written since",
-    )
-    before = _files(_at_version(table, version - 1, storage_options))
-    after = _files(_at_version(table, version, storage_options))
-    gone = [f for path, f in before.items() if path not in after]
-    new = [f for path, f in after.items() if path not in before]
-    if not _duplicates(gone, new, what, version):
-        return Compaction(removed, added, False, table.version())
-    back = _take_back(table, what, version, gone, new, token, data_change)
-    _check_taken_back(table, what, version, back, new, storage_options, gone)
-    return Compaction(0, 0, True, table.version())
+    checked, refused = _scan(table, what, storage_options, data_change=data_change)
+    # a refusal is reported at every compaction until a person fixes it
+    return _unless(refused, _compact(table, what, storage_options, checked, rewrite, data_change))
 
 
 def repair_unchecked(
@@ -208,10 +158,15 @@ def repair_unchecked(
         as the message says.
     :raises HistoryUnsettledError: other writers committed during each read of the history.
     """
-    at, refused = _scan(table, what, storage_options, data_change)
-    if refused is None:
-        return at
-    raise refused
+    at, refused = _scan(table, what, storage_options, data_change=data_change)
+    return _unless(refused, at)
+
+
+def _unless(refused: CompactionError | None, result: _T) -> _T:
+    """``result``, unless a compaction was ``refused``: that error then."""
+    if refused is not None:
+        raise refused
+    return result
 
 
 def would_take_back(
@@ -223,16 +178,15 @@ def would_take_back(
     :raises CompactionError: one of them cannot be taken back (as :func:`repair_unchecked`).
     """
     would: list[int] = []
-    _, refused = _scan(table, what, storage_options, False, would)
-    if refused is None:
-        return would
-    raise refused
+    _, refused = _scan(table, what, storage_options, data_change=False, would=would)
+    return _unless(refused, would)
 
 
 def _scan(
     table: DeltaTable,
     what: str,
-    storage_options: Mapping[str, str] | None,
+    options: Mapping[str, str] | None,
+    *,
     data_change: bool,
     would: list[int] | None = None,
 ) -> tuple[int, CompactionError | None]:
@@ -254,9 +208,7 @@ def _scan(
             continue  # planned on the version before its commit: nothing raced it
         token = tag.removeprefix("compaction ")
         try:
-            taken = _repair(
-                table, what, version, token, storage_options, data_change, would is not None
-            )
+            taken = _repair(table, what, version, token, options, data_change, would is not None)
             if taken and would is not None:
                 would.append(version)
         except CompactionError as exc:
@@ -608,3 +560,52 @@ def _check_taken_back(
             "table twice. Stop the other programs compacting this table, then deduplicate "
             f"it, or RESTORE it to version {version - 1} if nothing was written since"
         )
+
+
+def _compact(
+    table: DeltaTable,
+    what: str,
+    storage_options: Mapping[str, str] | None,
+    checked: int,
+    rewrite: Callable[[DeltaTable, Any], Mapping[str, Any]] | None,
+    data_change: bool,
+) -> Compaction:
+    """:func:`compact`'s own compaction and its check, recording ``checked``."""
+    from deltalake import CommitProperties
+
+    base, token = table.version(), uuid.uuid4().hex
+    tagged = CommitProperties(
+        custom_metadata={_COMMIT_TAG: f"compaction {token}", CHECKED_TAG: str(checked)}
+    )
+    metrics: Mapping[str, Any]
+    if rewrite is None:
+        metrics = table.optimize.compact(commit_properties=tagged)
+    else:
+        metrics = rewrite(table, tagged)
+    removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
+    if not added:
+        return Compaction(removed, added, False, table.version())
+    version = _committed_version(
+        table,
+        base,
+        f"compaction {token}",
+        f"{what}: the compaction committed after version {base} could not be checked against "
+        "another compaction of the same files",
+        f"If a compaction by another program (an OPTIMIZE) committed after version {base} "
+        "too and removed some of the same files, their rows are now in the table twice "
+        "until the next fanout compaction of the table checks it again; to fix it at "
+        "once, look in the table's history after version "
+        f"{base} for the two compactions (this one's commit info has {_COMMIT_TAG} = "
+        f"'compaction {token}'); if both removed a same file, remove this one's added "
+        "files (dataChange=false) and add back the files it removed, or RESTORE the table "
+        "to the version before it if nothing was written since",
+    )
+    before = _files(_at_version(table, version - 1, storage_options))
+    after = _files(_at_version(table, version, storage_options))
+    gone = [f for path, f in before.items() if path not in after]
+    new = [f for path, f in after.items() if path not in before]
+    if not _duplicates(gone, new, what, version):
+        return Compaction(removed, added, False, table.version())
+    back = _take_back(table, what, version, gone, new, token, data_change)
+    _check_taken_back(table, what, version, back, new, storage_options, gone)
+    return Compaction(0, 0, True, table.version())
