@@ -44,7 +44,9 @@ def _kill() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _wrap(target: str, when: str, nth: int) -> None:
+def kill_at(target: str, when: str, nth: int) -> None:
+    """Wrap ``target`` in this process: its ``nth`` call (1-based) kills the process
+    ``before`` it runs or ``after`` it returns (``when``)."""
     module_name, _, attr = target.partition(":")
     owner: Any = importlib.import_module(module_name)
     *path, name = attr.split(".")
@@ -72,7 +74,7 @@ def main(argv: list[str]) -> int:
     target, when, nth, dashes, *args = argv
     if dashes != "--" or when not in ("before", "after"):
         raise SystemExit("usage: python -m tests.kill_at TARGET before|after N -- ARGS...")
-    _wrap(target, when, int(nth))
+    kill_at(target, when, int(nth))
     from fanout.app.cli import main as fanout_main
 
     return fanout_main(args)

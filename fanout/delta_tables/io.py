@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -303,8 +305,6 @@ def commit_properties(
     transaction without it at the next checkpoint, however recent, which would let a
     replayed batch be written twice (see :mod:`fanout.delta_tables.retention`).
     """
-    import time
-
     from deltalake import CommitProperties, Transaction
 
     now_ms = int(time.time() * 1000)
@@ -413,6 +413,20 @@ def commit_metadata(table: DeltaTable, key: str, value: str) -> dict[str, Any] |
 HISTORY_READS = 20
 """How often :func:`numbered_history` lists the history while other writers commit."""
 
+HISTORY_PAUSE_S = (0.005, 0.2)
+"""The pause before :func:`numbered_history`'s second read, and the longest one: doubled
+each read, with jitter, so readers racing a busy writer do not list the log back to back
+(under 3 s over all :data:`HISTORY_READS` reads)."""
+
+
+def history_pause(attempt: int) -> float:
+    """Seconds to wait before read ``attempt`` (1 for the second) of the history: the
+    first pause doubled ``attempt - 1`` times, at most the longest, jittered down by up
+    to half so that racing readers spread out."""
+    first, longest = HISTORY_PAUSE_S
+    pause = min(first * 2 ** min(attempt - 1, 16), longest)
+    return pause * random.uniform(0.5, 1.0)
+
 
 def numbered_history(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
     """The commit infos of the newest ``limit`` (``None``: all) commits of ``table`` up to
@@ -430,7 +444,8 @@ def numbered_history(table: DeltaTable, limit: int | None = None) -> list[dict[s
     snapshot's version on): the same both times, it is the newest entry listed, the
     entries are numbered down from it, and those past the snapshot's version are dropped
     (the snapshot's callers reason about that version). Another writer committing in
-    between: read again, up to :data:`HISTORY_READS` times.
+    between: read again after a short pause (:func:`history_pause`), up to
+    :data:`HISTORY_READS` times.
 
     Relies on each commit carrying a commit info (delta-rs and Spark write one): delta-rs
     leaves a commit without one out of the history, and the entries older than it are
@@ -440,7 +455,9 @@ def numbered_history(table: DeltaTable, limit: int | None = None) -> list[dict[s
         (its ``listed``: the last listing, its numbers unknown)."""
     at = table.version()
     listed: list[dict[str, Any]] = []
-    for _ in range(HISTORY_READS):
+    for attempt in range(HISTORY_READS):
+        if attempt:
+            time.sleep(history_pause(attempt))
         newest = latest_version(table)
         listed = table.history(limit)
         if latest_version(table) != newest:

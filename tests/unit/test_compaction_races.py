@@ -219,19 +219,20 @@ def test_a_compaction_whose_history_reads_all_raced_writers_says_its_rows_may_be
 ) -> None:
     """Each read of the history raced by another writer's commit: the compaction, which
     another program's OPTIMIZE of the same files came before, is left unchecked, its rows
-    twice, which no later compaction sees: the error says so, and what to do (before, it
-    said to run the compaction again, which leaves them twice)."""
+    twice until the next fanout compaction checks it: the error says so, and what to do
+    (before, it said to run the compaction again, which left them twice); the next
+    compaction takes it back."""
     from fanout.errors import CompactionError
 
     path = _table(tmp_path / "t", range(4))
     mine = DeltaTable(path)
     DeltaTable(path).optimize.compact()  # another program, first (version 4)
-    _racing_history(monkeypatch, path, {0, 1})
+    _racing_history(monkeypatch, path, {1, 2})  # the scan's read first is left alone
 
     with pytest.raises(CompactionError) as raised:
         compact(mine, "sink 'orders' table /t", None)
 
-    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 100, 101]  # left as the error says
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 101, 102]  # left as the error says
     text = str(raised.value)
     assert text.startswith(
         "sink 'orders' table /t: the compaction committed after version 3 could not be "
@@ -239,6 +240,9 @@ def test_a_compaction_whose_history_reads_all_raced_writers_says_its_rows_may_be
     ), text
     assert "rows are now in the table twice" in text and "RESTORE the table to" in text, text
     assert "run the compaction again" not in text, text
+    monkeypatch.undo()
+    compact(DeltaTable(path), "sink 'orders' table /t", None)
+    assert _ids(path) == [0, 1, 2, 3, 101, 102]
 
 
 def test_a_taking_back_whose_history_reads_all_raced_writers_says_it_was_not_checked(
@@ -253,12 +257,12 @@ def test_a_taking_back_whose_history_reads_all_raced_writers_says_it_was_not_che
     path = _table(tmp_path / "t", range(4))
     mine = DeltaTable(path)
     DeltaTable(path).optimize.compact()  # another program, first (version 4)
-    _racing_history(monkeypatch, path, {1, 2})  # the compaction's read is left alone
+    _racing_history(monkeypatch, path, {2, 3})  # the scan's and compaction's reads left alone
 
     with pytest.raises(CompactionError) as raised:
         compact(mine, "sink 'orders' table /t", None)
 
-    assert _ids(path) == [0, 1, 2, 3, 101, 102]  # taken back: each row once
+    assert _ids(path) == [0, 1, 2, 3, 102, 103]  # taken back: each row once
     text = str(raised.value)
     assert text.startswith(
         "sink 'orders' table /t: the compaction committed at version 5 rewrote files another "
@@ -522,3 +526,220 @@ def test_a_maintenance_without_compaction_whose_vacuums_all_met_commits_says_wha
     assert text.endswith("nothing was lost: run `fanout ledger maintain` again"), text
     assert _rows(path) == ROWS
     assert _marked(DeltaLedger(path)) == MARKS
+
+
+# -- a compaction left unchecked (its process killed), found by a later run ---------------
+
+
+def _unchecked(path: str, other_first: bool = True) -> None:
+    """What a fanout compaction whose process was killed right after its commit leaves:
+    its tagged commit, another program's OPTIMIZE of the same files before it when
+    ``other_first``, no check and no taking back."""
+    from deltalake import CommitProperties
+
+    mine = DeltaTable(path)
+    if other_first:
+        DeltaTable(path).optimize.compact()
+    tag = CommitProperties(custom_metadata={"fanoutCommit": "compaction killed"})
+    mine.optimize.compact(commit_properties=tag)
+
+
+def _scan(path: str) -> int:
+    """A later run's scan, in a fresh process (nothing remembered)."""
+    from fanout.delta_tables import compaction
+
+    compaction._checked_through.clear()
+    return compaction.repair_unchecked(DeltaTable(path), "test table", None)
+
+
+def test_a_later_scan_takes_back_an_unchecked_compaction_once(tmp_path: Path) -> None:
+    path = _table(tmp_path / "t", range(4))
+    _unchecked(path)
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+    assert _scan(path) == 5
+    assert _ids(path) == [0, 1, 2, 3]
+    assert DeltaTable(path).version() == 6  # taken back
+    assert _scan(path) == 6  # found taken back: not again
+    assert DeltaTable(path).version() == 6 and _ids(path) == [0, 1, 2, 3]
+
+
+def test_a_taken_back_compaction_is_not_taken_back_again_by_a_later_compaction(
+    tmp_path: Path,
+) -> None:
+    path = _table(tmp_path / "t", range(4))
+    mine = DeltaTable(path)
+    DeltaTable(path).optimize.compact()
+    assert compact(mine, "test table", None).taken_back  # version 6
+    write_deltalake(path, pa.table({"id": [4]}), mode="append")
+    from fanout.delta_tables import compaction
+
+    compaction._checked_through.clear()
+    done = compact(DeltaTable(path), "test table", None)
+
+    assert not done.taken_back and (done.files_removed, done.files_added) == (2, 1)
+    assert done.version == 8  # the compaction alone: nothing taken back again
+    assert _ids(path) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("raced", [False, True], ids=["alone", "after-an-append"])
+def test_a_legit_compaction_is_left_alone_by_a_later_scan(tmp_path: Path, raced: bool) -> None:
+    """A fanout compaction nobody raced, left unchecked (or planned before an append that
+    committed first: its snapshots are read, it rewrote no file twice): left as it is."""
+    path = _table(tmp_path / "t", range(4))
+    mine = DeltaTable(path)
+    if raced:
+        write_deltalake(path, pa.table({"id": [4]}), mode="append")
+    from deltalake import CommitProperties
+
+    tag = CommitProperties(custom_metadata={"fanoutCommit": "compaction killed"})
+    mine.optimize.compact(commit_properties=tag)
+    version = DeltaTable(path).version()
+
+    assert _scan(path) == version
+    assert DeltaTable(path).version() == version
+    assert _ids(path) == ([0, 1, 2, 3, 4] if raced else [0, 1, 2, 3])
+
+
+def test_an_unchecked_compaction_whose_files_a_later_one_rewrote_is_refused_naming_the_fix(
+    tmp_path: Path,
+) -> None:
+    from fanout.errors import CompactionError
+
+    path = _table(tmp_path / "t", range(4))
+    _unchecked(path)  # version 5
+    write_deltalake(path, pa.table({"id": [4]}), mode="append")
+    DeltaTable(path).optimize.compact()  # another program's: rewrites version 5's file
+
+    with pytest.raises(CompactionError) as raised:
+        _scan(path)
+
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 4]  # left as the error says
+    text = str(raised.value)
+    assert text.startswith(
+        "test table: the compaction committed at version 5 (fanoutCommit = 'compaction "
+        "killed') rewrote files another compaction had rewritten first, so rows are in the "
+        "table twice; the process that committed it ended before it checked that, and it "
+        "cannot be taken back now: since then a later commit removed its files ["
+    ), text
+    assert text.endswith(
+        "Deduplicate the table, or RESTORE it to version 4 if nothing was written since. "
+        "Every fanout compaction of the table reports this again until the fix commits with "
+        "fanoutCommit = 'take back killed' in its commit info (delta-rs: "
+        "CommitProperties(custom_metadata=...); Spark: the write option userMetadata = "
+        "'take back killed'); a RESTORE to the version before it needs no mark"
+    ), text
+    write_deltalake(path, pa.table({"id": [5]}), mode="append")  # version 8
+    with pytest.raises(CompactionError) as again:  # this process's next compaction
+        compact(DeltaTable(path), "test table", None)
+    assert str(again.value) == text
+    done = DeltaTable(path)  # the compaction went on all the same: version 9
+    assert done.version() == 9 and len(done.file_uris()) == 1
+    assert done.history(1)[0]["fanoutCompactionsChecked"] == "4"  # not past the refused
+    with pytest.raises(CompactionError) as next_run:  # a later run's: reported again
+        _scan(path)
+    assert str(next_run.value) == text
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 5]  # for a person to fix
+
+
+@pytest.mark.parametrize("key", ["fanoutCommit", "userMetadata"], ids=["delta-rs", "spark"])
+def test_a_refused_compaction_marked_fixed_by_a_person_is_no_longer_reported(
+    tmp_path: Path, key: str
+) -> None:
+    """The fix the refusal names: deduplicate, commit with the mark (delta-rs' custom
+    metadata, or the commit info's userMetadata a Spark write sets); the scans stop."""
+    from deltalake import CommitProperties
+
+    from fanout.errors import CompactionError
+
+    path = _table(tmp_path / "t", range(4))
+    _unchecked(path)  # version 5
+    DeltaTable(path).optimize.compact()  # rewrites version 5's file: refused
+    with pytest.raises(CompactionError):
+        _scan(path)
+    rows = pa.table({"id": sorted(set(_ids(path)))})
+    fixed = CommitProperties(custom_metadata={key: "take back killed"})
+    write_deltalake(path, rows, mode="overwrite", commit_properties=fixed)  # version 7
+
+    assert _scan(path) == 7
+    done = compact(DeltaTable(path), "test table", None)
+    assert not done.taken_back and _ids(path) == [0, 1, 2, 3]
+
+
+def test_the_scan_reads_the_history_back_to_the_last_checked_point_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every fanout compaction records the version checked up to before it: a later scan
+    reads the newest commits, more only until it meets that record; the same process
+    then reads only the commits after the version it checked last."""
+    from fanout.delta_tables import compaction, io
+
+    path = _table(tmp_path / "t", range(10))
+    compact(DeltaTable(path), "test table", None)  # version 10, checked up to 9
+    for i in range(10, 15):
+        write_deltalake(path, pa.table({"id": [i]}), mode="append")  # versions 11-15
+    read = io.numbered_history
+    oldest: list[tuple[int | None, int]] = []
+
+    def recorded(table: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+        history = read(table, limit)
+        oldest.append((limit, int(history[-1]["version"])))
+        return history
+
+    monkeypatch.setattr(io, "numbered_history", recorded)
+    monkeypatch.setattr(compaction, "FIRST_LOOK", 2)
+
+    assert _scan(path) == 15
+    assert oldest == [(2, 14), (8, 8)]  # met version 10's record (9) among the 8 newest
+    oldest.clear()
+    write_deltalake(path, pa.table({"id": [15]}), mode="append")
+    assert compaction.repair_unchecked(DeltaTable(path), "test table", None) == 16
+    assert oldest == [(1, 16)]  # remembered: the one commit since
+    assert _ids(path) == list(range(16))
+
+
+def test_an_unchecked_compaction_whose_removed_files_were_vacuumed_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Adding back a file vacuum deleted would break every read of the table: refused."""
+    from deltalake import CommitProperties
+
+    from fanout.errors import CompactionError
+
+    path = _table(tmp_path / "t", range(4))
+    other = DeltaTable(path)  # plans on ids 0-3
+    write_deltalake(path, pa.table({"id": [4]}), mode="append")
+    mine = DeltaTable(path)  # plans on ids 0-4: removes id 4's file alone
+    other.optimize.compact()
+    tag = CommitProperties(custom_metadata={"fanoutCommit": "compaction killed"})
+    mine.optimize.compact(commit_properties=tag)  # version 6, killed unchecked
+    DeltaTable(path).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+
+    with pytest.raises(CompactionError, match=r"the files it removed are gone from storage"):
+        _scan(path)
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 4]
+
+
+@pytest.mark.parametrize("third", [False, True], ids=["alone", "then-an-optimize"])
+def test_two_scans_at_once_take_an_unchecked_compaction_back_once(
+    tmp_path: Path, third: bool
+) -> None:
+    """Two runs scanning the same table at once (two pipelines' sinks, a shared ledger):
+    the second, planned before the first took the compaction back, finds it taken back
+    (and, when an OPTIMIZE then rewrote the files added back, does not call that rows
+    twice): no second taking back, every row once."""
+    from fanout.delta_tables import compaction
+
+    path = _table(tmp_path / "t", range(4))
+    _unchecked(path)  # version 5
+    late = DeltaTable(path)  # the second run's snapshot, before the taking back
+    assert _scan(path) == 5  # the first run takes it back: version 6
+    if third:
+        DeltaTable(path).optimize.compact()  # version 7 rewrites the files added back
+    version = DeltaTable(path).version()
+
+    compaction._checked_through.clear()
+    assert compaction.repair_unchecked(late, "test table", None) == 5
+
+    assert DeltaTable(path).version() == version  # nothing committed again
+    assert _ids(path) == [0, 1, 2, 3]

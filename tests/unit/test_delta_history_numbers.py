@@ -71,6 +71,45 @@ def test_a_commit_landing_as_the_history_is_listed_is_read_again(
         deltaio.numbered_history(table, 2)
 
 
+def test_a_raced_history_is_read_again_after_a_short_growing_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, the reads ran back to back (a busy loop against the writer it raced)."""
+    monkeypatch.setattr(deltaio.random, "uniform", lambda low, high: high)  # no jitter
+    pauses = [deltaio.history_pause(attempt) for attempt in range(1, deltaio.HISTORY_READS)]
+    assert pauses[:7] == pytest.approx([0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.2])
+    assert set(pauses[6:]) == {0.2} and sum(pauses) == pytest.approx(2.915)
+    monkeypatch.setattr(deltaio.random, "uniform", lambda low, high: low)
+    assert deltaio.history_pause(1) == pytest.approx(0.0025)
+    slept: list[float] = []
+    monkeypatch.setattr(deltaio.time, "sleep", slept.append)
+    table = _Raced()
+    with pytest.raises(HistoryUnsettledError):
+        deltaio.numbered_history(table)  # type: ignore[arg-type]
+    assert len(slept) == deltaio.HISTORY_READS - 1 and slept[0] == pytest.approx(0.0025)
+
+
+class _Raced:
+    """A table another writer commits to during every listing of its history."""
+
+    table_uri = "memory://raced"
+    latest = 0
+
+    def version(self) -> int:
+        return 0
+
+    @property
+    def _table(self) -> _Raced:
+        return self
+
+    def get_latest_version(self) -> int:
+        self.latest += 1
+        return self.latest
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        return []
+
+
 def test_no_code_of_fanout_reads_delta_rs_history_but_io() -> None:
     """Every history read goes through :func:`fanout.delta_tables.io` (``numbered_history``,
     or ``commit_metadata``, which uses no version): a new ``.history(`` call elsewhere in

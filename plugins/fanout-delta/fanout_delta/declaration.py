@@ -88,7 +88,9 @@ OPTIONS = (
         "compact_every",
         "none",
         "compact the table's small files every N batches (a delta-rs `OPTIMIZE`, taken back "
-        "at once when another compaction of the same files committed first). Compact a "
+        "at once when another compaction of the same files committed first; by the next "
+        "compaction, or the sink's next open, when the process was killed before that "
+        "check). Compact a "
         "table from one place only: delta-rs lets another program's `OPTIMIZE` racing this "
         "one duplicate rows (see docs/architecture.md §8.1, Compaction)",
     ),

@@ -22,7 +22,10 @@ Design decisions:
   committed. A failed compaction is logged as a warning and does not fail the batch: the
   data and its transaction are already committed, and a raised error would only replay a
   write that is then skipped. A compaction that another compaction of the same files
-  committed before is taken back at once (:mod:`fanout.delta_tables.compaction`).
+  committed before is taken back at once (:mod:`fanout.delta_tables.compaction`); one
+  whose run was killed before that check is checked, and taken back, by the next
+  compaction and at the sink's open (engine ``rs``; without ``compact_every``, when one
+  of the newest commits is a fanout compaction).
 - Each commit records the batch's plan (:mod:`fanout_delta.plans`): a batch found already
   written is skipped only when its commit was planned alike, and refused with
   :class:`fanout.CheckpointRollbackError` when Spark planned it again (a rolled-back
@@ -238,6 +241,7 @@ class DeltaSink(Sink):
             self._check_constraints(table, context.spark)
             if self.resolved_engine == "rs":
                 self._refuse_binary_partitions(table)
+                self._repair_compactions(table, context)
         elif context.checking:
             context.would(f"create the Delta table at {self.path} (its first batch does)")
         if self.resolved_engine == "rs":
@@ -811,6 +815,40 @@ class DeltaSink(Sink):
             "the batch that was in flight a second time", where, txn_retention.PROPERTY,
             value, retention,
         )  # fmt: skip
+
+    def _repair_compactions(self, table: Any, context: SinkContext) -> None:
+        """Take back a compaction of the table a run of this sink (or another's) committed
+        and was killed before checking (:func:`fanout.delta_tables.compaction.repair_unchecked`);
+        a repair that fails is logged, as a failed compaction is: the next one looks again.
+        Without ``compact_every`` (removed since the crash) only when the newest commits
+        hold a fanout compaction (``RECENT``): a table none compacted is not read back whole.
+        ``fanout validate`` (``context.checking``) changes nothing: it tells what the run
+        would take back, and logs a refusal as the run does."""
+        from fanout.delta_tables.compaction import (
+            recently_compacted,
+            repair_unchecked,
+            would_take_back,
+        )
+
+        what = f"sink {self.name!r} table {self.path}"
+        try:
+            if not (self.compact_every or recently_compacted(table)):
+                return
+            if not context.checking:
+                repair_unchecked(table, what, self.storage_options)
+                return
+            for version in would_take_back(table, what, self.storage_options):
+                context.would(
+                    f"take back the compaction committed at version {version} of {self.path} "
+                    "(its process was killed before checking it: rows are in the table twice)"
+                )
+        except CompactionError as exc:  # rows stay duplicated: say so loudly
+            logger.error("sink %r: %s", self.name, exc)
+        except Exception:
+            logger.warning(
+                "sink %r: checking the earlier compactions of %s failed; the next compaction "
+                "checks them again", self.name, self.path, exc_info=True,
+            )  # fmt: skip
 
     def _maybe_compact(self, batch_id: int, engine: str, batch: Batch) -> None:
         every = self.compact_every

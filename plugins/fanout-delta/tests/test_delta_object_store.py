@@ -137,3 +137,35 @@ def test_auto_writes_an_object_store_table_from_the_executors_on_a_cluster(
     result = sink.write(batch_of(orders(spark, 0, 4), 0))
     assert (result.rows, result.details.get("write_from", "driver")) == (4, where)
     assert table_rows(uri, s3) == rows(0, 4)
+
+
+def test_an_unchecked_compaction_whose_removed_files_vacuum_deleted_on_s3_is_refused(
+    s3: dict[str, str],
+) -> None:
+    """A fanout compaction killed before its check, then vacuum: adding back the file it
+    removed would name a file gone from the bucket (every read failing), so the later
+    scan refuses, looking the file up in the bucket (not on a local disk)."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
+
+    from fanout.delta_tables import compaction
+    from fanout.errors import CompactionError
+
+    uri = f"s3://{BUCKET}/vacuumed"
+    for i in range(4):
+        write_deltalake(uri, pa.table({"id": [i]}), mode="append", storage_options=s3)
+    other = DeltaTable(uri, storage_options=s3)  # plans on ids 0-3
+    write_deltalake(uri, pa.table({"id": [4]}), mode="append", storage_options=s3)
+    mine = DeltaTable(uri, storage_options=s3)  # plans on ids 0-4: removes id 4's alone
+    other.optimize.compact()
+    tag = CommitProperties(custom_metadata={"fanoutCommit": "compaction killed"})
+    mine.optimize.compact(commit_properties=tag)  # version 6, killed unchecked
+    DeltaTable(uri, storage_options=s3).vacuum(
+        retention_hours=0, enforce_retention_duration=False, dry_run=False
+    )
+    compaction._checked_through.clear()
+
+    with pytest.raises(CompactionError, match=r"the files it removed are gone from storage"):
+        compaction.repair_unchecked(DeltaTable(uri, storage_options=s3), "test table", s3)
+    ids = DeltaTable(uri, storage_options=s3).to_pyarrow_table().column("id").to_pylist()
+    assert sorted(ids) == [0, 0, 1, 1, 2, 2, 3, 3, 4]  # left as the error says
