@@ -79,24 +79,21 @@ def planned_batch(checkpoint: str, now: float | None = None) -> tuple[int, float
     local = local_path(checkpoint)
     if local is None:
         return None
-    offsets = _batches(os.path.join(local, "offsets"))
-    if not offsets or max(offsets) in _batches(os.path.join(local, "commits")):
+    from fanout.steps.context import latest_batch_id
+
+    try:
+        newest = latest_batch_id(local, "offsets")
+        committed = latest_batch_id(local, "commits")
+    except OSError:
         return None
-    newest = max(offsets)
+    if newest is None or (committed is not None and committed >= newest):
+        return None
     try:
         planned = os.stat(os.path.join(local, "offsets", str(newest))).st_mtime
     except OSError:
         return None
     age = (time.time() if now is None else now) - planned
     return (newest, age) if age < WINDOW_FLOOR_S else None
-
-
-def _batches(directory: str) -> set[int]:
-    """The batch ids a checkpoint's ``offsets`` or ``commits`` directory holds files of."""
-    try:
-        return {int(name) for name in os.listdir(directory) if name.isdigit()}
-    except OSError:
-        return set()
 
 
 def refuse_running_checkpoint(config: Any, path: str) -> None:
