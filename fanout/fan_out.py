@@ -1037,11 +1037,13 @@ class FanOut:
         # marks: each sink about its last mark of the epochs before), so a reset it refuses
         # starts nothing: no epoch row, no fence, the replaced checkpoint still resumes
         self._refuse_lost(info.epoch + 1, {}, info.query_id, reset=True)
-        self._targets_checked = True
         self._fenced = refuse_unmarked(
             info, self.ledger, opened, spooled, timeouts, unopened,
             before_fence=partial(self._admission.check_start, info), accepted=self._accept_lost,
         )  # fmt: skip
+        # only now: a start refused leaves the next batch this FanOut gets (the replaced
+        # checkpoint resumed, or the reset again) to ask the targets again
+        self._targets_checked = True
 
     def _lift_fences(self, info: BatchInfo) -> None:
         """The ledger refused the epoch start :meth:`_refuse_unmarked` passed (the old
@@ -1050,6 +1052,7 @@ class FanOut:
         timeouts = {n: t for n in self.sinks if (t := write_timeout(self.specs[n])) is not None}
         lift_fences(info, self._fenced, timeouts, self.ledger)
         self._fenced = []
+        self._targets_checked = False  # the start refused: the next batch asks them again
 
     def _check_targets(self, state: BatchState) -> None:
         """Once per run, before its first batch writes: refuse it when a sink's target no

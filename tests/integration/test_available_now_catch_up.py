@@ -27,6 +27,7 @@ import pytest
 
 from fanout.spool.table import Spool
 from tests.chaos.lag_input import LAG_SCHEMA, final_state, postgres_rows, versions, write_lag_input
+from tests.integration.hold_after_batch import ENV
 from tests.integration.streams import committed_marks, delta_rows
 
 if TYPE_CHECKING:
@@ -70,6 +71,10 @@ backoff_s = {backoff_s}
 """
 
 
+HELD = 'plugins = ["tests.integration.hold_after_batch"]\n'
+"""The tests' plugin that holds a run after a batch (its ``ENV`` says which, and its gate)."""
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[Any, str]]:
     """An embedded PostgreSQL server, stopped (each test starts it when it wants it up),
@@ -90,10 +95,11 @@ def _config(
     backoff_s: float,
     trigger: str = "available_now = true",
     probe_interval_s: float = 600,
+    plugins: str = "",
 ) -> Path:
     config = data / "pipeline.toml"
     config.write_text(
-        PIPELINE.format(
+        plugins + PIPELINE.format(
             data=data, schema=LAG_SCHEMA, url=url, retries=retries, backoff_s=backoff_s,
             trigger=trigger, probe_interval_s=probe_interval_s,
         )
@@ -101,11 +107,13 @@ def _config(
     return config
 
 
-def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
+def _start(config: Path, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """``fanout run config`` in a process of its own (the repository on its path, for a
+    plugin of the tests'), ``env`` added to its environment."""
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "fanout.app.cli", "run", str(config)],
-            env=dict(os.environ),
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env},
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -173,16 +181,24 @@ def _pg_behind(out: str, tmp_path: Path, ended: str, backlog: str) -> list[str]:
 def test_postgres_back_before_the_run_ends_gets_every_batch_and_exit_0(
     tmp_path: Path, server: tuple[Any, str]
 ) -> None:
+    """The run is held after batch 1 (``hold_after_batch``) until PostgreSQL is up again:
+    unheld, a server start slower than the run's eight remaining batches (a loaded
+    machine) let the run reach its end first, its final catch-up's three retries spent
+    within a second, exit 3: the test failed though nothing was wrong. Batch 2 starts the sink's
+    reopen beside it; it is open from then on, and still behind: held back, every batch
+    spooled for it, all written by the final catch-up."""
     pg, url = server
     files = 10
     rows = write_lag_input(tmp_path / "input", files)
-    config = _config(tmp_path, url, 3, 0.1)  # three retries of batch 0, then lagging
-    run = _start(config, tmp_path / "run.log")
+    config = _config(tmp_path, url, 3, 0.1, plugins=HELD)  # three retries of batch 0, then lagging
+    gate = tmp_path / "gate"
+    run = _start(config, tmp_path / "run.log", **{ENV: f"1:{gate}"})
     try:
         _wait_for_lake(tmp_path, 2, run, tmp_path / "run.log")  # pg missed batches 0 and 1
         pg.start()
         assert run.poll() is None, "the run ended before PostgreSQL was back"
     finally:
+        gate.touch()
         code, out = _finish(run, tmp_path / "run.log")
 
     assert code == 0, out[-4000:]

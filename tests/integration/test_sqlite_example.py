@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,21 @@ def _rows(database: Path, table: str) -> list[dict[str, Any]]:
         db.close()
 
 
+def _dropping(database: Path) -> Callable[[], None]:
+    """The suite's ``drop``: the target table dropped (the sink's progress rows beside it
+    kept, as records outliving their target are)."""
+
+    def drop() -> None:
+        db = sqlite3.connect(database)
+        try:
+            db.execute('DROP TABLE "rows"')
+            db.commit()
+        finally:
+            db.close()
+
+    return drop
+
+
 class TestSqliteAppendCreatingItsTable(SinkConformance):
     @pytest.fixture
     def under_test(self, tmp_path: Path) -> SinkUnderTest:
@@ -46,6 +62,7 @@ class TestSqliteAppendCreatingItsTable(SinkConformance):
             read=lambda: _rows(database, "rows"),
             dead_letter=str(tmp_path / "dead"),
             plugins=["sqlite_sink"],
+            drop=_dropping(database),
         )
 
 
@@ -64,6 +81,7 @@ class TestSqliteUpsertWithConstraints(SinkConformance):
             keyed=True,
             plugins=["sqlite_sink"],
             refused_value="refused",
+            drop=_dropping(database),
         )
 
 
@@ -78,6 +96,7 @@ class TestSqliteRefusalsWithoutTarget(SinkConformance):
             read=lambda: _rows(database, "rows"),
             plugins=["sqlite_sink"],
             refused_value="refused",
+            drop=_dropping(database),
         )
 
 

@@ -72,6 +72,11 @@ def _reading(fan: FanOut, frames: dict[int, Any]) -> None:
     fan.catchup._read = read  # type: ignore[method-assign]
 
 
+CLOSER = "fanout-twice-catchup-close-after-write"
+"""The thread a closed FanOut leaves to close the sinks its catch-up thread still writes
+(``FanOut._close_after_catch_up``)."""
+
+
 class Left:
     """A first ``FanOut`` of pipeline ``twice`` closed while its catch-up thread writes batch
     0 to sink ``slow`` (without ``write_timeout_s``): the write waits for ``target.go``."""
@@ -91,8 +96,13 @@ class Left:
         (self.thread,) = [t for t in threading.enumerate() if t.name == "fanout-twice-catchup"]
         # close()'s wait for the write in progress (30 s) passes: the thread runs on
         first.catchup.stop = lambda timeout_s=0.2: CatchUp.stop(first.catchup, 0.2)  # type: ignore[method-assign]
+        running = set(threading.enumerate())
         first.close()
         assert self.thread.is_alive()
+        # the thread close() leaves to close the sink once the write ended: it holds the
+        # first FanOut (so its catch-up's writers) until it returns, after the close()
+        (self.closer,) = [t for t in threading.enumerate() if t.name == CLOSER
+                          and t not in running]  # fmt: skip
         self.first: FanOut | None = first
 
     def fan_out(
@@ -237,9 +247,11 @@ def test_a_sink_writer_is_kept_while_a_catch_up_can_write_the_sink_and_dropped_a
     assert entries() == [key]  # still the old thread's
     left.target.go.set()
     left.thread.join(30)
-    deadline = time.monotonic() + 10
-    while left.slow.closed == 0 and time.monotonic() < deadline:  # closed once it ended
-        time.sleep(0.02)
+    # the sink closed once the write ended, and the closer, holding the first FanOut
+    # until it returns, gone (waiting for ``closed`` alone raced the closer's last step)
+    left.closer.join(30)
+    assert not left.thread.is_alive() and not left.closer.is_alive()
+    assert left.slow.closed == 1
     assert entries() == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -23,4 +24,5 @@ class TestDeltaConformance(SinkConformance):
             read=lambda: _delta_rows(tmp_path / "table"),
             dead_letter=f"delta:{tmp_path / 'dead'}",
             schema_drift="refuses",
+            drop=lambda: shutil.rmtree(tmp_path / "table"),  # the table's directory removed
         )

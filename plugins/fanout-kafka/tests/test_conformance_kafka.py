@@ -24,9 +24,12 @@ class TestKafkaConformance(SinkConformance):
             records = _consume(kafka.bootstrap, topic, 0, 20.0, 2.0)["records"]
             return [json.loads(r["value"]) for r in records]
 
-        def recreate() -> None:  # as a deploy script would: a new topic id, no record
+        def drop() -> None:  # the topic deleted (its marker groups outlive it)
             with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
                 admin.delete_topics([topic])[topic].result(10)
+
+        def recreate() -> None:  # as a deploy script would: a new topic id, no record
+            drop()
             create_topic(kafka.bootstrap, topic, 3)
 
         return SinkUnderTest(
@@ -42,6 +45,7 @@ class TestKafkaConformance(SinkConformance):
             keyed=True,
             schema_drift="writes",
             recreate=recreate,
+            drop=drop,
             secret=SASL_PASSWORD,
             failing_config={
                 "type": "kafka",

@@ -22,6 +22,16 @@ class TestPostgresConformance(SinkConformance):
         url = request.getfixturevalue("secret_url")
         return {"type": "postgres", "url": url, "table": "no_such_table"}
 
+    def _refusing(self, request: pytest.FixtureRequest, pg_url: str, table: str) -> str | None:
+        """For the refused-row check only: the table made first, with a ``CHECK`` refusing
+        ``v = 'refused'`` (one the sink's own ``create_table`` never adds)."""
+        if "target_refuses" not in request.node.name:
+            return None
+        execute(
+            pg_url, f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, v TEXT CHECK (v <> 'refused'))"
+        )
+        return "refused"
+
     @pytest.fixture
     def under_test(
         self, pg_url: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -54,4 +64,5 @@ class TestPostgresConformance(SinkConformance):
             drop=lambda: execute(pg_url, f"DROP TABLE {table}"),
             secret=PASSWORD,
             failing_config=self._failing(request),
+            refused_value=self._refusing(request, pg_url, table),
         )
