@@ -18,14 +18,14 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from fanout.contract.sink import SinkContext
-from fanout.delta_tables import compaction
 from fanout.delta_tables.compaction import compact
+from fanout.delta_tables.compaction.tags import COMMIT_TAG
 from fanout.delta_tables.io import numbered_history, read_arrow
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry, now_utc
 from tests.kill_at import KILLED
 
-CHECK = "fanout.delta_tables.compaction:_committed_version"
+CHECK = "fanout.delta_tables.compaction.take_back:committed_version"
 """Called first right after the compaction committed: killed before it, the compaction
 is committed and unchecked."""
 
@@ -48,8 +48,7 @@ def _ids(path: str) -> list[int]:
 def _tags(path: str) -> list[str]:
     """The fanout tags of the table's commits, oldest first."""
     infos = reversed(numbered_history(DeltaTable(path)))
-    tag = compaction._COMMIT_TAG
-    return [str(info[tag]).split(" ")[0] for info in infos if tag in info]
+    return [str(info[COMMIT_TAG]).split(" ")[0] for info in infos if COMMIT_TAG in info]
 
 
 def _killed_table(tmp_path: Path) -> str:

@@ -547,8 +547,9 @@ def _unchecked(path: str, other_first: bool = True) -> None:
 def _scan(path: str) -> int:
     """A later run's scan, in a fresh process (nothing remembered)."""
     from fanout.delta_tables import compaction
+    from fanout.delta_tables.compaction import scan
 
-    compaction._checked_through.clear()
+    scan._checked_through.clear()
     return compaction.repair_unchecked(DeltaTable(path), "test table", None)
 
 
@@ -572,9 +573,9 @@ def test_a_taken_back_compaction_is_not_taken_back_again_by_a_later_compaction(
     DeltaTable(path).optimize.compact()
     assert compact(mine, "test table", None).taken_back  # version 6
     write_deltalake(path, pa.table({"id": [4]}), mode="append")
-    from fanout.delta_tables import compaction
+    from fanout.delta_tables.compaction import scan
 
-    compaction._checked_through.clear()
+    scan._checked_through.clear()
     done = compact(DeltaTable(path), "test table", None)
 
     assert not done.taken_back and (done.files_removed, done.files_added) == (2, 1)
@@ -673,6 +674,7 @@ def test_the_scan_reads_the_history_back_to_the_last_checked_point_only(
     reads the newest commits, more only until it meets that record; the same process
     then reads only the commits after the version it checked last."""
     from fanout.delta_tables import compaction, io
+    from fanout.delta_tables.compaction import scan
 
     path = _table(tmp_path / "t", range(10))
     compact(DeltaTable(path), "test table", None)  # version 10, checked up to 9
@@ -687,7 +689,7 @@ def test_the_scan_reads_the_history_back_to_the_last_checked_point_only(
         return history
 
     monkeypatch.setattr(io, "numbered_history", recorded)
-    monkeypatch.setattr(compaction, "FIRST_LOOK", 2)
+    monkeypatch.setattr(scan, "FIRST_LOOK", 2)
 
     assert _scan(path) == 15
     assert oldest == [(2, 14), (8, 8)]  # met version 10's record (9) among the 8 newest
@@ -729,6 +731,7 @@ def test_two_scans_at_once_take_an_unchecked_compaction_back_once(
     (and, when an OPTIMIZE then rewrote the files added back, does not call that rows
     twice): no second taking back, every row once."""
     from fanout.delta_tables import compaction
+    from fanout.delta_tables.compaction import scan
 
     path = _table(tmp_path / "t", range(4))
     _unchecked(path)  # version 5
@@ -738,7 +741,7 @@ def test_two_scans_at_once_take_an_unchecked_compaction_back_once(
         DeltaTable(path).optimize.compact()  # version 7 rewrites the files added back
     version = DeltaTable(path).version()
 
-    compaction._checked_through.clear()
+    scan._checked_through.clear()
     assert compaction.repair_unchecked(late, "test table", None) == 5
 
     assert DeltaTable(path).version() == version  # nothing committed again

@@ -149,6 +149,7 @@ def test_an_unchecked_compaction_whose_removed_files_vacuum_deleted_on_s3_is_ref
     from deltalake import CommitProperties, write_deltalake
 
     from fanout.delta_tables import compaction
+    from fanout.delta_tables.compaction import scan
     from fanout.errors import CompactionError
 
     uri = f"s3://{BUCKET}/vacuumed"
@@ -163,7 +164,7 @@ def test_an_unchecked_compaction_whose_removed_files_vacuum_deleted_on_s3_is_ref
     DeltaTable(uri, storage_options=s3).vacuum(
         retention_hours=0, enforce_retention_duration=False, dry_run=False
     )
-    compaction._checked_through.clear()
+    scan._checked_through.clear()
 
     with pytest.raises(CompactionError, match=r"the files it removed are gone from storage"):
         compaction.repair_unchecked(DeltaTable(uri, storage_options=s3), "test table", s3)
