@@ -5,6 +5,7 @@ the same files, also after its process was killed before its check (ARCHITECTURE
 - :mod:`.own`: :func:`compact`, the compaction and the check right after its commit;
 - :mod:`.repair`: a later run's check of the compactions a killed process left unchecked;
 - :mod:`.scan`: reading the history back to the last checked point;
+- :mod:`.marker`: whether fanout ever compacted a table, from its snapshot alone;
 - :mod:`.take_back`: the taking back, and finding one's own commit in the history;
 - :mod:`.files`: the files a commit removed and added, and their rows;
 - :mod:`.refusals`: what the errors say when rows stay twice;
@@ -18,6 +19,12 @@ from __future__ import annotations
 
 from fanout.delta_tables.compaction.own import Compaction, compact
 from fanout.delta_tables.compaction.repair import repair_unchecked, would_take_back
-from fanout.delta_tables.compaction.scan import recently_compacted
+from fanout.delta_tables.compaction.scan import worth_a_scan
 
-__all__ = ["Compaction", "compact", "recently_compacted", "repair_unchecked", "would_take_back"]
+__all__ = [
+    "Compaction",
+    "compact",
+    "repair_unchecked",
+    "worth_a_scan",
+    "would_take_back",
+]

@@ -28,8 +28,10 @@ RESTORE undoes it or a person's fix commits with ``"take back <token>"`` (as
 fanout commits records in its commit info the version up to which every fanout
 compaction was checked (``fanoutCompactionsChecked``), so the scan reads the history
 back to the newest such record only (and a process remembers the version it checked
-last). A compaction whose snapshot was the version just before its commit
-(``readVersion``) cannot have raced and is passed without reading its snapshots.
+last), and never before the table's mark of fanout's first compaction of it
+(:mod:`~fanout.delta_tables.compaction.marker`): a table without the mark has nothing to
+check, and its history is not read. A compaction whose snapshot was the version just
+before its commit (``readVersion``) cannot have raced and is passed without reading its snapshots.
 Readers streaming the table skip the late taking back (``dataChange=false``) as they
 skipped the compaction; a reader of the latest version saw the rows twice from the
 compaction to the next fanout run that compacts the table (or opens its sink).
@@ -38,9 +40,10 @@ What it cannot see: a compaction by another program (a scheduled ``OPTIMIZE``) t
 planned before this one committed and commits after it duplicates the rows the same
 way; only that program's own commit could be checked, and it carries no fanout tag.
 Nor the Delta sink's Spark engine's compaction (delta-spark's ``OPTIMIZE``, untagged),
-nor, past its :data:`~fanout.delta_tables.compaction.scan.RECENT` newest commits, a sink's
-table whose ``compact_every`` was removed after the crash (its open then looks only there)
-until a fanout compaction of the table runs again.
+nor, on a table that expires app transactions (where the mark cannot be trusted), past its
+:data:`~fanout.delta_tables.compaction.scan.RECENT` newest commits, a sink's table whose
+``compact_every`` was removed after the crash (its open then looks only there) until a
+fanout compaction of the table runs again.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 from fanout.delta_tables.compaction import refusals
 from fanout.delta_tables.compaction import take_back as taking_back
 from fanout.delta_tables.compaction.files import changed, duplicates
+from fanout.delta_tables.compaction.marker import mark_compacted
 from fanout.delta_tables.compaction.repair import scan, unless
 from fanout.delta_tables.compaction.tags import CHECKED_TAG, COMMIT_TAG, compaction_tag
 
@@ -119,6 +123,7 @@ def _compact(
     """:func:`compact`'s own compaction and its check, recording ``checked``."""
     from deltalake import CommitProperties
 
+    mark_compacted(table, storage_options)
     base, token = table.version(), uuid.uuid4().hex
     tagged = CommitProperties(
         custom_metadata={COMMIT_TAG: compaction_tag(token), CHECKED_TAG: str(checked)}

@@ -1,12 +1,14 @@
 """Reading a Delta table's history for the fanout compactions not yet checked: back to the
 last checked point (the newest :data:`~fanout.delta_tables.compaction.tags.CHECKED_TAG`
-record, or the version this process checked last), newest first."""
+record, the version this process checked last, or the version before which the table holds
+no fanout compaction, :mod:`~fanout.delta_tables.compaction.marker`), newest first."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from fanout.delta_tables import io as deltaio
+from fanout.delta_tables.compaction.marker import compactions_after
 from fanout.delta_tables.compaction.tags import checked_mark, compaction_token
 
 if TYPE_CHECKING:
@@ -17,8 +19,9 @@ FIRST_LOOK = 100
 last checked point (then four times as many, up to the whole history)."""
 
 RECENT = 20
-"""How many of the newest commits :func:`recently_compacted` reads (one GET each on an
-object store, at every open of a Delta sink that does not compact)."""
+"""How many of the newest commits :func:`worth_a_scan` reads on a table that expires app
+transactions (one GET each on an object store, at every open of a Delta sink that does not
+compact)."""
 
 _checked_through: dict[str, int] = {}
 """Per table URI, the version up to which this process checked every fanout compaction:
@@ -37,9 +40,14 @@ def remember_checked(uri: str, version: int) -> None:
     _checked_through[uri] = version
 
 
-def recently_compacted(table: DeltaTable) -> bool:
-    """Whether a fanout compaction is among ``table``'s newest :data:`RECENT` commits (a
-    sink no longer compacting looks for unchecked ones only then)."""
+def worth_a_scan(table: DeltaTable) -> bool:
+    """Whether ``table`` may hold a fanout compaction to check (a sink no longer compacting
+    scans only then): it holds the mark of a table fanout compacts, or, when it cannot tell
+    (it expires app transactions), a fanout compaction is among its newest :data:`RECENT`
+    commits."""
+    after = compactions_after(table)
+    if after is not None:
+        return after < table.version()
     return any(
         compaction_token(info) is not None for info in deltaio.numbered_history(table, RECENT)
     )
@@ -47,14 +55,21 @@ def recently_compacted(table: DeltaTable) -> bool:
 
 def since_checked(table: DeltaTable) -> list[dict[str, Any]]:
     """The numbered commit infos of ``table`` after the last version up to which every
-    fanout compaction was checked (the newest checked record, or the version this process
-    checked last), up to its loaded version, newest first: the newest :data:`FIRST_LOOK`
-    commits read first, then four times as many, up to the whole history."""
+    fanout compaction was checked (the version this process checked last, or the newest
+    checked record), up to its loaded version, newest first; never at or before the mark's
+    version (:func:`~fanout.delta_tables.compaction.marker.compactions_after`). Without a
+    version checked by this process, the newest :data:`FIRST_LOOK` commits are read first,
+    then four times as many, up to the whole history (or the mark)."""
     at, cached = table.version(), checked_through(table.table_uri)
-    floor = cached if cached is not None and cached <= at else None
+    cached = cached if cached is not None and cached <= at else None
+    bound = compactions_after(table)
+    floor = max((v for v in (cached, bound) if v is not None), default=None)
     if floor == at:
         return []
-    limit = at - floor if floor is not None else FIRST_LOOK
+    if floor is None:
+        limit = FIRST_LOOK
+    else:
+        limit = at - floor if cached is not None else min(FIRST_LOOK, at - floor)
     while True:
         history = deltaio.numbered_history(table, limit)
         seen: list[dict[str, Any]] = []
@@ -67,4 +82,4 @@ def since_checked(table: DeltaTable) -> list[dict[str, Any]]:
                 floor = mark
         if len(history) < limit or (floor is not None and int(history[-1]["version"]) <= floor + 1):
             return seen  # the whole history, or every commit after the checked point
-        limit *= 4
+        limit = limit * 4 if bound is None else min(limit * 4, at - bound)

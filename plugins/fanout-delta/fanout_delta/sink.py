@@ -820,19 +820,19 @@ class DeltaSink(Sink):
         """Take back a compaction of the table a run of this sink (or another's) committed
         and was killed before checking (:func:`fanout.delta_tables.compaction.repair_unchecked`);
         a repair that fails is logged, as a failed compaction is: the next one looks again.
-        Without ``compact_every`` (removed since the crash) only when the newest commits
-        hold a fanout compaction (``RECENT``): a table none compacted is not read back whole.
+        Without ``compact_every`` (removed since the crash) only when fanout compacted the
+        table (``worth_a_scan``): the history of a table none compacted is not read.
         ``fanout validate`` (``context.checking``) changes nothing: it tells what the run
         would take back, and logs a refusal as the run does."""
         from fanout.delta_tables.compaction import (
-            recently_compacted,
             repair_unchecked,
+            worth_a_scan,
             would_take_back,
         )
 
         what = f"sink {self.name!r} table {self.path}"
         try:
-            if not (self.compact_every or recently_compacted(table)):
+            if not (self.compact_every or worth_a_scan(table)):
                 return
             if not context.checking:
                 repair_unchecked(table, what, self.storage_options)
