@@ -18,12 +18,17 @@ Each imports only those listed below it, :mod:`fanout.delta_tables` and
 from __future__ import annotations
 
 from fanout.delta_tables.compaction.own import Compaction, compact
-from fanout.delta_tables.compaction.repair import repair_unchecked, would_take_back
+from fanout.delta_tables.compaction.repair import (
+    refused_compaction,
+    repair_unchecked,
+    would_take_back,
+)
 from fanout.delta_tables.compaction.scan import worth_a_scan
 
 __all__ = [
     "Compaction",
     "compact",
+    "refused_compaction",
     "repair_unchecked",
     "worth_a_scan",
     "would_take_back",

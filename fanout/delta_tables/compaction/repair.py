@@ -64,6 +64,19 @@ def would_take_back(
     return unless(refused, would)
 
 
+def refused_compaction(
+    table: DeltaTable, what: str, storage_options: Mapping[str, str] | None
+) -> str | None:
+    """What a fanout compaction of ``table`` that left rows twice and cannot be taken back
+    says (its :class:`CompactionError`'s text, naming the fix), changing nothing (``fanout
+    status``); ``None`` when there is none."""
+    try:
+        would_take_back(table, what, storage_options)
+    except CompactionError as exc:
+        return str(exc)
+    return None
+
+
 def unless(refused: CompactionError | None, result: _T) -> _T:
     """``result``, unless a compaction was ``refused``: that error then."""
     if refused is not None:

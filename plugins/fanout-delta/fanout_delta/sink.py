@@ -850,6 +850,18 @@ class DeltaSink(Sink):
                 "checks them again", self.name, self.path, exc_info=True,
             )  # fmt: skip
 
+    def standing_problems(self) -> Sequence[str]:
+        """A fanout compaction of the table that left rows twice and cannot be taken back
+        (:func:`fanout.delta_tables.compaction.refused_compaction`), as its refusal says it."""
+        from fanout.delta_tables.compaction import refused_compaction
+
+        if self.path is None:
+            return ()
+        table = deltaio.open_table(self.path, self.storage_options)
+        what = f"sink {self.name!r} table {self.path}"
+        found = None if table is None else refused_compaction(table, what, self.storage_options)
+        return () if found is None else (found,)
+
     def _maybe_compact(self, batch_id: int, engine: str, batch: Batch) -> None:
         every = self.compact_every
         if not every or (batch_id + 1) % every:
