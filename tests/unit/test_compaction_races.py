@@ -574,6 +574,23 @@ def test_a_later_scan_takes_back_an_unchecked_compaction_once(tmp_path: Path) ->
     assert DeltaTable(path).version() == 7 and _ids(path) == [0, 1, 2, 3]
 
 
+def test_an_unchecked_compaction_below_a_commit_without_commit_info_is_taken_back(
+    tmp_path: Path,
+) -> None:
+    """Another writer's commit without a commit info after the killed compaction: delta-rs
+    numbered the compaction one version high, so the scan compared the versions after it
+    (no rows twice there) and left it: the rows stayed twice."""
+    path = _table(tmp_path / "t", range(4))
+    _unchecked(path)  # version 6
+    log = Path(path, "_delta_log", f"{7:020d}.json")
+    log.write_text('{"txn":{"appId":"other","version":1}}\n')  # another writer's, bare
+    write_deltalake(path, pa.table({"id": [4]}), mode="append")  # version 8
+
+    assert _scan(path) == 8
+    assert _ids(path) == [0, 1, 2, 3, 4]
+    assert DeltaTable(path).version() == 9  # taken back
+
+
 def test_a_taken_back_compaction_is_not_taken_back_again_by_a_later_compaction(
     tmp_path: Path,
 ) -> None:
