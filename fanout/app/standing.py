@@ -36,18 +36,12 @@ class Problem:
 
 def ledger_problems(ledger: DeltaLedger | None) -> list[Problem]:
     """The ledger table's refused compaction, if any (``ledger`` ``None``: none yet)."""
-    from fanout.contract.locations import shown_location
-    from fanout.delta_tables.compaction import refused_compaction
-    from fanout.delta_tables.io import open_table
-
     if ledger is None:
         return []
-    what = f"ledger at {shown_location(ledger.path)}"
     try:
-        table = open_table(ledger.path, ledger.storage_options)
-        found = None if table is None else refused_compaction(table, what, ledger.storage_options)
+        found = ledger.refused_compaction()
     except Exception as exc:  # status shows what it can: the table shows the read failing
-        log.debug("ledger at %s: compactions not checked: %s", ledger.path, one_line(str(exc)))
+        log.debug("ledger %s: compactions not checked: %s", ledger, one_line(str(exc)))
         return []
     return [] if found is None else [Problem(LEDGER, found)]
 
