@@ -1,9 +1,11 @@
 """Whether fanout ever compacted a Delta table, told by its loaded snapshot, without reading
 its history: before its first compaction of a table, fanout commits the app transaction
-:data:`MARK` (a commit of no file) at the version of a snapshot holding none. Every fanout
-compaction is committed from a snapshot holding the mark, so it lies after the mark's
-version: a table without the mark holds no fanout compaction, and one with it none at or
-before that version (the scan's floor; ARCHITECTURE §4, "Compactions that race").
+:data:`MARK` (a commit of no file; a compaction that can carry app transactions, the
+ledger's overwrite, carries it itself) at the version of a snapshot holding none. Every
+fanout compaction commits after such a commit (or is one), and that snapshot held no mark,
+so its version is below the first mark's commit: a table without the mark holds no fanout
+compaction, and one with it none at or before its version (the scan's floor; ARCHITECTURE
+§4, "Compactions that race").
 
 An app transaction lives in the table's state (every log checkpoint keeps it) and
 ``transaction_version`` reads it from the snapshot's log, no commit info. Only a table that
@@ -21,7 +23,7 @@ from fanout.delta_tables.compaction.tags import COMMIT_TAG
 from fanout.delta_tables.retention import PROPERTY as TXN_RETENTION
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
+    from deltalake import CommitProperties, DeltaTable
 
 MARK = "fanout#compactions"
 """The app transaction marking a table fanout compacts (no fanout id has a ``#`` before a
@@ -37,6 +39,14 @@ def compactions_after(table: DeltaTable) -> int | None:
         return None
     after = deltaio.transaction_version(table, MARK)
     return table.version() if after is None else min(after, table.version())
+
+
+def with_mark(table: DeltaTable, metadata: Mapping[str, str]) -> CommitProperties:
+    """The commit properties of a compaction committed from ``table``'s snapshot that can
+    carry app transactions (an overwrite, not delta-rs' ``OPTIMIZE``): ``metadata``, and the
+    mark when the snapshot holds none (no commit of its own then)."""
+    unmarked = deltaio.transaction_version(table, MARK) is None
+    return deltaio.commit_properties({MARK: table.version()} if unmarked else {}, metadata)
 
 
 def mark_compacted(table: DeltaTable, storage_options: Mapping[str, str] | None) -> None:

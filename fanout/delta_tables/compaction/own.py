@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 from fanout.delta_tables.compaction import refusals
 from fanout.delta_tables.compaction import take_back as taking_back
 from fanout.delta_tables.compaction.files import changed, duplicates
-from fanout.delta_tables.compaction.marker import mark_compacted
+from fanout.delta_tables.compaction.marker import mark_compacted, with_mark
 from fanout.delta_tables.compaction.repair import scan, unless
 from fanout.delta_tables.compaction.tags import CHECKED_TAG, COMMIT_TAG, compaction_tag
 
@@ -123,16 +123,14 @@ def _compact(
     """:func:`compact`'s own compaction and its check, recording ``checked``."""
     from deltalake import CommitProperties
 
-    mark_compacted(table, storage_options)
     base, token = table.version(), uuid.uuid4().hex
-    tagged = CommitProperties(
-        custom_metadata={COMMIT_TAG: compaction_tag(token), CHECKED_TAG: str(checked)}
-    )
+    tags = {COMMIT_TAG: compaction_tag(token), CHECKED_TAG: str(checked)}
     metrics: Mapping[str, Any]
     if rewrite is None:
-        metrics = table.optimize.compact(commit_properties=tagged)
+        mark_compacted(table, storage_options)  # an OPTIMIZE drops app transactions
+        metrics = table.optimize.compact(commit_properties=CommitProperties(custom_metadata=tags))
     else:
-        metrics = rewrite(table, tagged)
+        metrics = rewrite(table, with_mark(table, tags))
     removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
     if not added:
         return Compaction(removed, added, False, table.version())
