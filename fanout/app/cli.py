@@ -159,15 +159,18 @@ def _print_load_errors(registry: Registry) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Per sink: last committed batch, rows, last commit time, failed attempts; with
     ``--config``, of the pipeline file's pipeline, every sink of it listed."""
+    from fanout.app.standing import ledger_problems, sink_problems
     from fanout.app.status import checkpoint_fact, report
     from fanout.ledger.delta import DeltaLedger
 
     location, pipeline, spool = args.ledger, args.pipeline, args.spool
     sinks: tuple[str, ...] | None = None
     checkpoint = ""
+    built: dict[str, Any] = {}  # the file's sinks, asked for their standing problems
     if args.config is not None:
         target, config = _recover_target(args)
         checkpoint = config.checkpoint if config is not None else ""
+        built = _built_sinks(config)
         location, pipeline, spool, sinks = (
             target.ledger,
             target.pipeline,
@@ -205,9 +208,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         fact = None
         if checkpoint and pipeline is not None:
             fact = checkpoint_fact(checkpoint, present, pipeline, args.config)
+        problems = ledger_problems(present) + sink_problems(built)
         text = report(present, pipeline, as_json=args.json, wide=args.wide, spool=spool,
                       spool_checked=checked, sinks=sinks, checkpoint=fact,
-                      newest=True)  # fmt: skip
+                      newest=True, problems=problems)  # fmt: skip
         checked = True
         if fact is not None and not args.json:
             text += f"\n\ncheckpoint {fact.location}: {fact.said}"
@@ -235,6 +239,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         print(once())
     return 0
+
+
+def _built_sinks(config: Any) -> dict[str, Any]:
+    """The pipeline file's sinks, built (not opened) for ``fanout status`` to ask each for
+    its standing problems; one whose options do not build is left out (``fanout validate``
+    says why)."""
+    from fanout.app.recover_sinks import built_sink
+
+    built: dict[str, Any] = {}
+    for options in [] if config is None else config.sinks:
+        try:
+            built[str(options["name"])] = built_sink(options, config.plugins)[0]
+        except Exception:  # its options' error is validate's and the run's to say
+            continue
+    return built
 
 
 def _spool_started(path: str, pipeline: str | None) -> bool:

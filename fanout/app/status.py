@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from fanout.app.activity import NewestMark, newest_marks, no_mark_yet
+from fanout.app.standing import LEDGER, Problem, problems_footer
 from fanout.contract.locations import command_location, shown_location
 from fanout.errors import LedgerError, batch_ranges, shell_word
 from fanout.ledger.entry import LOST_MARK, as_of_log
@@ -135,6 +136,7 @@ def report(
     checkpoint: CheckpointFact | None = None,
     newest: bool = False,
     now: datetime | None = None,
+    problems: Sequence[Problem] = (),
 ) -> str:
     """What ``fanout status`` prints, read from ``ledger`` (and ``spool``) now: the table
     or JSON; ``ledger`` ``None``: the pipeline file's ledger is not there yet (no run
@@ -144,7 +146,10 @@ def report(
     field of each sink. ``newest``: also each pipeline's newest write mark and whether the
     pipeline looks running at ``now`` (:mod:`fanout.app.activity`): a line per pipeline
     after the table, ``pipeline_newest_mark`` in each sink's JSON object (``null``: no
-    write mark yet); from the rows read for the table, no read more.
+    write mark yet); from the rows read for the table, no read more. ``problems``: the
+    standing problems found on the ledger's table and the sinks' targets
+    (:mod:`fanout.app.standing`), lines after the table; in the JSON, when there is one,
+    ``ledger_problems`` in every sink's object and ``standing_problems`` in each sink's.
 
     Raises :class:`LedgerError` for a ``pipeline`` the ledger holds no row of while it
     holds rows of others (a typo, most likely; the error names them; not with ``sinks``,
@@ -172,17 +177,29 @@ def report(
     footer = "" if spool is None else spool_footer(spool, entries, pipeline)
     marks = {m.pipeline: m for m in newest_marks(rows, now)} if newest else {}
     if as_json:
-        extra = {} if checkpoint is None else {"checkpoint": checkpoint.as_json()}
+        extra: dict[str, Any] = {} if checkpoint is None else {"checkpoint": checkpoint.as_json()}
+        if problems:
+            extra["ledger_problems"] = [p.text for p in problems if p.where == LEDGER]
+            statuses_json = [
+                {
+                    **s.as_json(),
+                    "standing_problems": [p.text for p in problems if p.where == s.sink],
+                }
+                for s in statuses
+            ]
+        else:
+            statuses_json = [s.as_json() for s in statuses]
         if newest:
             return json.dumps(
                 [
-                    {**s.as_json(), **extra, "pipeline_newest_mark": _mark_json(marks, s)}
-                    for s in statuses
+                    {**shown, **extra, "pipeline_newest_mark": _mark_json(marks, s)}
+                    for shown, s in zip(statuses_json, statuses, strict=True)
                 ],
                 indent=2,
             )
-        return json.dumps([{**s.as_json(), **extra} for s in statuses], indent=2)
+        return json.dumps([{**shown, **extra} for shown in statuses_json], indent=2)
     text = render(statuses, wide=wide) + kept_footer(statuses) + footer
+    text += problems_footer(problems, WIDTH)
     if newest and statuses:  # none: the table says the ledger holds no marks
         shown = sorted({s.pipeline for s in statuses} | ({pipeline} if pipeline else set()))
         lines = [marks[p].describe() if p in marks else no_mark_yet(p) for p in shown]

@@ -611,6 +611,14 @@ class Sink:
         message."""
         return None
 
+    def standing_problems(self) -> Sequence[str]:
+        """What is wrong with this sink's target that only a person can fix, each as a text
+        naming the target, what is wrong and the fix (the Delta sink: a compaction of its
+        table that left rows twice and cannot be taken back). Called by ``fanout status
+        --config`` on a sink built from the pipeline file and not opened, at every draw:
+        reads only, changes nothing, and should cost little. Default: none."""
+        return ()
+
     def exclusive_resources(self, pipeline: str) -> Sequence[str]:
         """What this sink must have to itself among the sinks of ``pipeline`` (Kafka: its
         transactional ids, which two producers would fence each other over), each as a text

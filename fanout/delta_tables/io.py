@@ -447,9 +447,13 @@ def numbered_history(table: DeltaTable, limit: int | None = None) -> list[dict[s
     between: read again after a short pause (:func:`history_pause`), up to
     :data:`HISTORY_READS` times.
 
-    Relies on each commit carrying a commit info (delta-rs and Spark write one): delta-rs
-    leaves a commit without one out of the history, and the entries older than it are
-    then numbered one too high, by delta-rs and here alike.
+    A commit without a commit info (another writer's: delta-spark with
+    ``spark.databricks.delta.commitInfo.enabled`` false, a log written by hand) is one
+    entry holding its ``version`` alone. delta-rs leaves it out of its history and numbers
+    the older entries one too high (and a ``limit`` counts it): when the listing holds
+    fewer entries than the commits it read, its oldest entry is checked against its
+    commit's file (:func:`_listed_whole`), and when that says a commit lacks a commit
+    info, the commits' files are read instead (:func:`_read_commits`).
 
     :raises HistoryUnsettledError: another writer committed during each of the reads
         (its ``listed``: the last listing, its numbers unknown)."""
@@ -462,8 +466,8 @@ def numbered_history(table: DeltaTable, limit: int | None = None) -> list[dict[s
         listed = table.history(limit)
         if latest_version(table) != newest:
             continue  # a commit landed during the listing: its numbering is unknown
-        if not listed:
-            return []
+        if not listed or not _listed_whole(table, listed, newest, at, limit):
+            return _read_commits(table, limit, at)
         shift = newest - int(listed[0]["version"])  # delta-rs: from the snapshot's version
         numbered = []
         for info in listed:
@@ -476,6 +480,67 @@ def numbered_history(table: DeltaTable, limit: int | None = None) -> list[dict[s
         f"committed during each of {HISTORY_READS} reads of it (try again once they pause)",
         listed,
     )
+
+
+def _listed_whole(
+    table: DeltaTable,
+    listed: Sequence[Mapping[str, Any]],
+    newest: int,
+    at: int,
+    limit: int | None,
+) -> bool:
+    """Whether delta-rs' history ``listed`` (newest first, read with ``limit`` on a
+    snapshot at ``at``, from version ``newest`` in storage) holds an entry for every commit
+    it read: as many entries as commits (every version, or those after ``at`` and ``limit``
+    more), or, fewer, its oldest entry the commit info of the version that many below
+    ``newest``, and no commit file before it (the log's start, or cleaned up). One or two
+    reads of a commit file, only when the listing is short."""
+    read = newest + 1 if limit is None else min(newest + 1, newest - at + limit)
+    if len(listed) == read:
+        return True
+    oldest = newest - len(listed) + 1
+    store = _log_store(table)
+    found = _read_commit(store, oldest)
+    if found != {k: v for k, v in listed[-1].items() if k != "version"}:
+        return False  # a commit above it has no commit info: the numbers are off
+    return oldest == 0 or _read_commit(store, oldest - 1) is None
+
+
+def _read_commits(table: DeltaTable, limit: int | None, at: int) -> list[dict[str, Any]]:
+    """The commit infos of the newest ``limit`` commits up to version ``at`` (down to the
+    log's start), read from their files, each numbered by its file; a commit without one
+    as its ``version`` alone."""
+    store, entries = _log_store(table), []
+    for version in range(at, -1 if limit is None else max(at - limit, -1), -1):
+        info = _read_commit(store, version)
+        if info is None:
+            break  # the log's start, or cleaned up below here
+        entries.append({**info, "version": version})
+    return entries
+
+
+def _log_store(table: DeltaTable) -> Any:
+    """delta-rs' own object store of ``table`` (a local disk or an object store alike)."""
+    from deltalake.fs import DeltaStorageHandler
+
+    options = getattr(table, "_storage_options", None)
+    return DeltaStorageHandler(table.table_uri, dict(options or {}) or None)
+
+
+def _read_commit(store: Any, version: int) -> dict[str, Any] | None:
+    """The commit info in the log's file of ``version`` (``{}``: it has none; ``None``:
+    no such file)."""
+    import json
+
+    try:
+        data = store.open_input_file(f"_delta_log/{version:020d}.json").read()
+    except FileNotFoundError:
+        return None
+    for line in data.decode().splitlines():
+        action = json.loads(line) if line.strip() else {}
+        if "commitInfo" in action:
+            return dict(action["commitInfo"])
+    return {}
 
 
 def latest_version(table: DeltaTable) -> int:

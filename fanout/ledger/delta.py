@@ -733,6 +733,17 @@ class DeltaLedger:
             self._txns.committed(table, base, {})  # carries no transaction
         self._files_added = 0
 
+    def refused_compaction(self) -> str | None:
+        """What a compaction of the ledger's table that left rows twice and cannot be taken
+        back says, naming the fix (``fanout status``), changing nothing; ``None`` when there
+        is none, or no ledger yet (:func:`fanout.delta_tables.compaction.refused_compaction`)."""
+        from fanout.delta_tables.compaction import refused_compaction
+
+        table = _open_ledger(self.path, self.storage_options)
+        if table is None:
+            return None
+        return refused_compaction(table, self._where, self.storage_options)
+
     def _compaction(self, table: DeltaTable) -> Compaction:
         """Compact the ledger by overwriting it with its own rows, one file per pipeline,
         rather than by delta-rs' ``OPTIMIZE`` (ARCHITECTURE §4). delta-rs commits an

@@ -18,14 +18,14 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from fanout.contract.sink import SinkContext
-from fanout.delta_tables import compaction
 from fanout.delta_tables.compaction import compact
+from fanout.delta_tables.compaction.tags import COMMIT_TAG
 from fanout.delta_tables.io import numbered_history, read_arrow
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry, now_utc
 from tests.kill_at import KILLED
 
-CHECK = "fanout.delta_tables.compaction:_committed_version"
+CHECK = "fanout.delta_tables.compaction.take_back:committed_version"
 """Called first right after the compaction committed: killed before it, the compaction
 is committed and unchecked."""
 
@@ -48,8 +48,7 @@ def _ids(path: str) -> list[int]:
 def _tags(path: str) -> list[str]:
     """The fanout tags of the table's commits, oldest first."""
     infos = reversed(numbered_history(DeltaTable(path)))
-    tag = compaction._COMMIT_TAG
-    return [str(info[tag]).split(" ")[0] for info in infos if tag in info]
+    return [str(info[COMMIT_TAG]).split(" ")[0] for info in infos if COMMIT_TAG in info]
 
 
 def _killed_table(tmp_path: Path) -> str:
@@ -59,7 +58,7 @@ def _killed_table(tmp_path: Path) -> str:
     run = _killed("table", path)
     assert run.returncode == KILLED, run.stderr
     assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3]  # both rewrites stay, unchecked
-    assert _tags(path) == ["compaction"]  # no taking back
+    assert _tags(path) == ["compactions", "compaction"]  # the table's mark; no taking back
     write_deltalake(path, pa.table({"id": [4]}), mode="append")  # the next run's batch
     return path
 
@@ -73,7 +72,7 @@ def test_the_next_compaction_takes_back_a_compaction_killed_before_its_check(
 
     assert _ids(path) == [0, 1, 2, 3, 4]
     assert not done.taken_back and done.files_added == 1  # its own compaction stays
-    assert _tags(path) == ["compaction", "take", "compaction"]
+    assert _tags(path) == ["compactions", "compaction", "take", "compaction"]
     assert len(DeltaTable(path).file_uris()) == 1
 
 
@@ -92,11 +91,30 @@ def test_the_delta_sinks_open_takes_back_a_compaction_killed_before_its_check(
         sink.open(SinkContext(pipeline="p"))
 
     assert _ids(path) == [0, 1, 2, 3, 4]
-    assert _tags(path) == ["compaction", "take"]
+    assert _tags(path) == ["compactions", "compaction", "take"]
     assert "was never checked (its process ended after committing it)" in caplog.text
     # the taking back is no data change: a reader streaming the table skips it
     log = Path(path, "_delta_log", f"{DeltaTable(path).version():020d}.json").read_text()
     assert '"dataChange":true' not in log.replace(" ", "")
+
+
+def test_a_sink_no_longer_compacting_takes_back_a_compaction_killed_26_commits_before(
+    tmp_path: Path,
+) -> None:
+    """Killed, then 26 appends by other writers before the restart, and ``compact_every``
+    removed: the open finds the compaction (the table holds fanout's mark of its
+    compactions) and takes it back. Before, it looked at the 20 newest commits only: the
+    rows stayed twice."""
+    from fanout_delta import DeltaSink
+
+    path = _killed_table(tmp_path)  # with the next run's append of id 4
+    for i in range(5, 30):
+        write_deltalake(path, pa.table({"id": [i]}), mode="append")
+
+    DeltaSink(name="orders", path=path, engine="rs").open(SinkContext(pipeline="p"))
+
+    assert _ids(path) == list(range(30))
+    assert _tags(path) == ["compactions", "compaction", "take"]
 
 
 def test_the_ledgers_next_compaction_takes_back_its_compaction_killed_before_its_check(
@@ -136,7 +154,7 @@ def test_validate_tells_the_taking_back_of_a_compaction_killed_before_its_check(
     sink.open(checking)
 
     assert checking.changes == [
-        f"take back the compaction committed at version 5 of {path} (its process was "
+        f"take back the compaction committed at version 6 of {path} (its process was "
         "killed before checking it: rows are in the table twice)"
     ]
     assert DeltaTable(path).version() == version

@@ -106,14 +106,14 @@ def test_a_compaction_after_another_programs_optimize_of_the_same_files_is_taken
     mine = DeltaTable(path)
     DeltaTable(path).optimize.compact()  # another program, first (version 4)
 
-    done = compact(mine, "test table", None)
+    done = compact(mine, "test table", None)  # marks the table (5), compacts (6)
 
     assert done.taken_back and (done.files_added, done.files_removed) == (0, 0)
-    assert done.version == mine.version() == 6
+    assert done.version == mine.version() == 7
     assert _ids(path) == [0, 1, 2, 3]
     assert len(DeltaTable(path).file_uris()) == 1  # the other program's file
-    assert _ids(path, version=5) == [0, 0, 1, 1, 2, 2, 3, 3]  # the window: one version
-    back = [a for a in _log(path, 6) if "add" in a or "remove" in a]
+    assert _ids(path, version=6) == [0, 0, 1, 1, 2, 2, 3, 3]  # the window: one version
+    back = [a for a in _log(path, 7) if "add" in a or "remove" in a]
     assert [("remove" in a, (a.get("add") or a.get("remove"))["dataChange"]) for a in back] == [
         (True, False)
     ]  # a reader streaming the table skips it, as it skipped the compaction
@@ -196,7 +196,7 @@ def test_a_compaction_nobody_raced_stays(tmp_path: Path) -> None:
     done = compact(DeltaTable(path), "test table", None)
     assert (done.taken_back, done.files_removed, done.files_added) == (False, 4, 1)
     assert _ids(path) == [0, 1, 2, 3]
-    assert DeltaTable(path).version() == 4
+    assert DeltaTable(path).version() == 5  # the table's mark (4), the compaction
 
 
 def _racing_history(monkeypatch: pytest.MonkeyPatch, path: str, calls: set[int]) -> None:
@@ -227,12 +227,12 @@ def test_a_compaction_whose_history_reads_all_raced_writers_says_its_rows_may_be
     path = _table(tmp_path / "t", range(4))
     mine = DeltaTable(path)
     DeltaTable(path).optimize.compact()  # another program, first (version 4)
-    _racing_history(monkeypatch, path, {1, 2})  # the scan's read first is left alone
+    _racing_history(monkeypatch, path, {0, 1})  # the scan reads none: no mark yet
 
     with pytest.raises(CompactionError) as raised:
         compact(mine, "sink 'orders' table /t", None)
 
-    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 101, 102]  # left as the error says
+    assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 100, 101]  # left as the error says
     text = str(raised.value)
     assert text.startswith(
         "sink 'orders' table /t: the compaction committed after version 3 could not be "
@@ -242,7 +242,7 @@ def test_a_compaction_whose_history_reads_all_raced_writers_says_its_rows_may_be
     assert "run the compaction again" not in text, text
     monkeypatch.undo()
     compact(DeltaTable(path), "sink 'orders' table /t", None)
-    assert _ids(path) == [0, 1, 2, 3, 101, 102]
+    assert _ids(path) == [0, 1, 2, 3, 100, 101]
 
 
 def test_a_taking_back_whose_history_reads_all_raced_writers_says_it_was_not_checked(
@@ -257,15 +257,15 @@ def test_a_taking_back_whose_history_reads_all_raced_writers_says_it_was_not_che
     path = _table(tmp_path / "t", range(4))
     mine = DeltaTable(path)
     DeltaTable(path).optimize.compact()  # another program, first (version 4)
-    _racing_history(monkeypatch, path, {2, 3})  # the scan's and compaction's reads left alone
+    _racing_history(monkeypatch, path, {1, 2})  # the compaction's read left alone
 
     with pytest.raises(CompactionError) as raised:
         compact(mine, "sink 'orders' table /t", None)
 
-    assert _ids(path) == [0, 1, 2, 3, 102, 103]  # taken back: each row once
+    assert _ids(path) == [0, 1, 2, 3, 101, 102]  # taken back: each row once
     text = str(raised.value)
     assert text.startswith(
-        "sink 'orders' table /t: the compaction committed at version 5 rewrote files another "
+        "sink 'orders' table /t: the compaction committed at version 6 rewrote files another "
         "compaction had rewritten first, and was taken back; whether a third compaction "
         "rewrote its files before that could not be checked"
     ), text
@@ -534,9 +534,11 @@ def test_a_maintenance_without_compaction_whose_vacuums_all_met_commits_says_wha
 def _unchecked(path: str, other_first: bool = True) -> None:
     """What a fanout compaction whose process was killed right after its commit leaves:
     its tagged commit, another program's OPTIMIZE of the same files before it when
-    ``other_first``, no check and no taking back."""
+    ``other_first``, no check and no taking back; the table's mark of fanout's compactions
+    (committed by its first one) before them."""
     from deltalake import CommitProperties
 
+    _compactions_marked(path)
     mine = DeltaTable(path)
     if other_first:
         DeltaTable(path).optimize.compact()
@@ -544,11 +546,19 @@ def _unchecked(path: str, other_first: bool = True) -> None:
     mine.optimize.compact(commit_properties=tag)
 
 
+def _compactions_marked(path: str) -> None:
+    """The mark fanout's first compaction of the table commits before it."""
+    from fanout.delta_tables.compaction.marker import mark_compacted
+
+    mark_compacted(DeltaTable(path), None)
+
+
 def _scan(path: str) -> int:
     """A later run's scan, in a fresh process (nothing remembered)."""
     from fanout.delta_tables import compaction
+    from fanout.delta_tables.compaction import scan
 
-    compaction._checked_through.clear()
+    scan._checked_through.clear()
     return compaction.repair_unchecked(DeltaTable(path), "test table", None)
 
 
@@ -557,11 +567,28 @@ def test_a_later_scan_takes_back_an_unchecked_compaction_once(tmp_path: Path) ->
     _unchecked(path)
     assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3]
 
-    assert _scan(path) == 5
+    assert _scan(path) == 6
     assert _ids(path) == [0, 1, 2, 3]
-    assert DeltaTable(path).version() == 6  # taken back
-    assert _scan(path) == 6  # found taken back: not again
-    assert DeltaTable(path).version() == 6 and _ids(path) == [0, 1, 2, 3]
+    assert DeltaTable(path).version() == 7  # taken back
+    assert _scan(path) == 7  # found taken back: not again
+    assert DeltaTable(path).version() == 7 and _ids(path) == [0, 1, 2, 3]
+
+
+def test_an_unchecked_compaction_below_a_commit_without_commit_info_is_taken_back(
+    tmp_path: Path,
+) -> None:
+    """Another writer's commit without a commit info after the killed compaction: delta-rs
+    numbered the compaction one version high, so the scan compared the versions after it
+    (no rows twice there) and left it: the rows stayed twice."""
+    path = _table(tmp_path / "t", range(4))
+    _unchecked(path)  # version 6
+    log = Path(path, "_delta_log", f"{7:020d}.json")
+    log.write_text('{"txn":{"appId":"other","version":1}}\n')  # another writer's, bare
+    write_deltalake(path, pa.table({"id": [4]}), mode="append")  # version 8
+
+    assert _scan(path) == 8
+    assert _ids(path) == [0, 1, 2, 3, 4]
+    assert DeltaTable(path).version() == 9  # taken back
 
 
 def test_a_taken_back_compaction_is_not_taken_back_again_by_a_later_compaction(
@@ -570,15 +597,15 @@ def test_a_taken_back_compaction_is_not_taken_back_again_by_a_later_compaction(
     path = _table(tmp_path / "t", range(4))
     mine = DeltaTable(path)
     DeltaTable(path).optimize.compact()
-    assert compact(mine, "test table", None).taken_back  # version 6
+    assert compact(mine, "test table", None).taken_back  # version 7, after the mark (5)
     write_deltalake(path, pa.table({"id": [4]}), mode="append")
-    from fanout.delta_tables import compaction
+    from fanout.delta_tables.compaction import scan
 
-    compaction._checked_through.clear()
+    scan._checked_through.clear()
     done = compact(DeltaTable(path), "test table", None)
 
     assert not done.taken_back and (done.files_removed, done.files_added) == (2, 1)
-    assert done.version == 8  # the compaction alone: nothing taken back again
+    assert done.version == 9  # the compaction alone: nothing taken back again
     assert _ids(path) == [0, 1, 2, 3, 4]
 
 
@@ -587,6 +614,7 @@ def test_a_legit_compaction_is_left_alone_by_a_later_scan(tmp_path: Path, raced:
     """A fanout compaction nobody raced, left unchecked (or planned before an append that
     committed first: its snapshots are read, it rewrote no file twice): left as it is."""
     path = _table(tmp_path / "t", range(4))
+    _compactions_marked(path)
     mine = DeltaTable(path)
     if raced:
         write_deltalake(path, pa.table({"id": [4]}), mode="append")
@@ -607,9 +635,9 @@ def test_an_unchecked_compaction_whose_files_a_later_one_rewrote_is_refused_nami
     from fanout.errors import CompactionError
 
     path = _table(tmp_path / "t", range(4))
-    _unchecked(path)  # version 5
+    _unchecked(path)  # version 6
     write_deltalake(path, pa.table({"id": [4]}), mode="append")
-    DeltaTable(path).optimize.compact()  # another program's: rewrites version 5's file
+    DeltaTable(path).optimize.compact()  # another program's: rewrites version 6's file
 
     with pytest.raises(CompactionError) as raised:
         _scan(path)
@@ -617,25 +645,25 @@ def test_an_unchecked_compaction_whose_files_a_later_one_rewrote_is_refused_nami
     assert _ids(path) == [0, 0, 1, 1, 2, 2, 3, 3, 4]  # left as the error says
     text = str(raised.value)
     assert text.startswith(
-        "test table: the compaction committed at version 5 (fanoutCommit = 'compaction "
+        "test table: the compaction committed at version 6 (fanoutCommit = 'compaction "
         "killed') rewrote files another compaction had rewritten first, so rows are in the "
         "table twice; the process that committed it ended before it checked that, and it "
         "cannot be taken back now: since then a later commit removed its files ["
     ), text
     assert text.endswith(
-        "Deduplicate the table, or RESTORE it to version 4 if nothing was written since. "
+        "Deduplicate the table, or RESTORE it to version 5 if nothing was written since. "
         "Every fanout compaction of the table reports this again until the fix commits with "
         "fanoutCommit = 'take back killed' in its commit info (delta-rs: "
         "CommitProperties(custom_metadata=...); Spark: the write option userMetadata = "
         "'take back killed'); a RESTORE to the version before it needs no mark"
     ), text
-    write_deltalake(path, pa.table({"id": [5]}), mode="append")  # version 8
+    write_deltalake(path, pa.table({"id": [5]}), mode="append")  # version 9
     with pytest.raises(CompactionError) as again:  # this process's next compaction
         compact(DeltaTable(path), "test table", None)
     assert str(again.value) == text
-    done = DeltaTable(path)  # the compaction went on all the same: version 9
-    assert done.version() == 9 and len(done.file_uris()) == 1
-    assert done.history(1)[0]["fanoutCompactionsChecked"] == "4"  # not past the refused
+    done = DeltaTable(path)  # the compaction went on all the same: version 10
+    assert done.version() == 10 and len(done.file_uris()) == 1
+    assert done.history(1)[0]["fanoutCompactionsChecked"] == "5"  # not past the refused
     with pytest.raises(CompactionError) as next_run:  # a later run's: reported again
         _scan(path)
     assert str(next_run.value) == text
@@ -653,15 +681,15 @@ def test_a_refused_compaction_marked_fixed_by_a_person_is_no_longer_reported(
     from fanout.errors import CompactionError
 
     path = _table(tmp_path / "t", range(4))
-    _unchecked(path)  # version 5
-    DeltaTable(path).optimize.compact()  # rewrites version 5's file: refused
+    _unchecked(path)  # version 6
+    DeltaTable(path).optimize.compact()  # rewrites version 6's file: refused
     with pytest.raises(CompactionError):
         _scan(path)
     rows = pa.table({"id": sorted(set(_ids(path)))})
     fixed = CommitProperties(custom_metadata={key: "take back killed"})
-    write_deltalake(path, rows, mode="overwrite", commit_properties=fixed)  # version 7
+    write_deltalake(path, rows, mode="overwrite", commit_properties=fixed)  # version 8
 
-    assert _scan(path) == 7
+    assert _scan(path) == 8
     done = compact(DeltaTable(path), "test table", None)
     assert not done.taken_back and _ids(path) == [0, 1, 2, 3]
 
@@ -673,11 +701,15 @@ def test_the_scan_reads_the_history_back_to_the_last_checked_point_only(
     reads the newest commits, more only until it meets that record; the same process
     then reads only the commits after the version it checked last."""
     from fanout.delta_tables import compaction, io
+    from fanout.delta_tables.compaction import scan
 
-    path = _table(tmp_path / "t", range(10))
-    compact(DeltaTable(path), "test table", None)  # version 10, checked up to 9
+    path = _table(tmp_path / "t", range(1))
+    _compactions_marked(path)  # version 1: no fanout compaction at or before 0
+    for i in range(1, 10):
+        write_deltalake(path, pa.table({"id": [i]}), mode="append")  # versions 2-10
+    compact(DeltaTable(path), "test table", None)  # version 11, checked up to 10
     for i in range(10, 15):
-        write_deltalake(path, pa.table({"id": [i]}), mode="append")  # versions 11-15
+        write_deltalake(path, pa.table({"id": [i]}), mode="append")  # versions 12-16
     read = io.numbered_history
     oldest: list[tuple[int | None, int]] = []
 
@@ -687,14 +719,14 @@ def test_the_scan_reads_the_history_back_to_the_last_checked_point_only(
         return history
 
     monkeypatch.setattr(io, "numbered_history", recorded)
-    monkeypatch.setattr(compaction, "FIRST_LOOK", 2)
+    monkeypatch.setattr(scan, "FIRST_LOOK", 2)
 
-    assert _scan(path) == 15
-    assert oldest == [(2, 14), (8, 8)]  # met version 10's record (9) among the 8 newest
+    assert _scan(path) == 16
+    assert oldest == [(2, 15), (8, 9)]  # met version 11's record (10) among the 8 newest
     oldest.clear()
     write_deltalake(path, pa.table({"id": [15]}), mode="append")
-    assert compaction.repair_unchecked(DeltaTable(path), "test table", None) == 16
-    assert oldest == [(1, 16)]  # remembered: the one commit since
+    assert compaction.repair_unchecked(DeltaTable(path), "test table", None) == 17
+    assert oldest == [(1, 17)]  # remembered: the one commit since
     assert _ids(path) == list(range(16))
 
 
@@ -707,12 +739,13 @@ def test_an_unchecked_compaction_whose_removed_files_were_vacuumed_is_refused(
     from fanout.errors import CompactionError
 
     path = _table(tmp_path / "t", range(4))
+    _compactions_marked(path)
     other = DeltaTable(path)  # plans on ids 0-3
     write_deltalake(path, pa.table({"id": [4]}), mode="append")
     mine = DeltaTable(path)  # plans on ids 0-4: removes id 4's file alone
     other.optimize.compact()
     tag = CommitProperties(custom_metadata={"fanoutCommit": "compaction killed"})
-    mine.optimize.compact(commit_properties=tag)  # version 6, killed unchecked
+    mine.optimize.compact(commit_properties=tag)  # version 7, killed unchecked
     DeltaTable(path).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
 
     with pytest.raises(CompactionError, match=r"the files it removed are gone from storage"):
@@ -729,17 +762,18 @@ def test_two_scans_at_once_take_an_unchecked_compaction_back_once(
     (and, when an OPTIMIZE then rewrote the files added back, does not call that rows
     twice): no second taking back, every row once."""
     from fanout.delta_tables import compaction
+    from fanout.delta_tables.compaction import scan
 
     path = _table(tmp_path / "t", range(4))
-    _unchecked(path)  # version 5
+    _unchecked(path)  # version 6
     late = DeltaTable(path)  # the second run's snapshot, before the taking back
-    assert _scan(path) == 5  # the first run takes it back: version 6
+    assert _scan(path) == 6  # the first run takes it back: version 7
     if third:
-        DeltaTable(path).optimize.compact()  # version 7 rewrites the files added back
+        DeltaTable(path).optimize.compact()  # version 8 rewrites the files added back
     version = DeltaTable(path).version()
 
-    compaction._checked_through.clear()
-    assert compaction.repair_unchecked(late, "test table", None) == 5
+    scan._checked_through.clear()
+    assert compaction.repair_unchecked(late, "test table", None) == 6
 
     assert DeltaTable(path).version() == version  # nothing committed again
     assert _ids(path) == [0, 1, 2, 3]

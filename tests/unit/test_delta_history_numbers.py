@@ -129,3 +129,69 @@ def test_no_code_of_fanout_reads_delta_rs_history_but_io() -> None:
         if call.search(line) and not line.lstrip().startswith(('"', "#"))
     ]
     assert len(sources) > 100 and found == [], found
+
+
+# -- a commit without a commit info ---------------------------------------------------
+
+
+def _bare_commit(path: Path, version: int) -> None:
+    """Another writer's commit without a commit info (delta-spark with
+    ``spark.databricks.delta.commitInfo.enabled`` false): an app transaction alone."""
+    log = path / "_delta_log" / f"{version:020d}.json"
+    log.write_text('{"txn":{"appId":"other","version":1}}\n')
+
+
+def test_a_commit_without_a_commit_info_is_numbered_and_counted(tmp_path: Path) -> None:
+    """delta-rs leaves it out and numbers every older commit one too high (row 2 as
+    version 3), and its ``limit`` counts it: before, the helper did the same."""
+    path = tmp_path / "t"
+    for n in range(3):
+        _append(path, n)
+    _bare_commit(path, 3)
+    for n in (4, 5):
+        _append(path, n)
+    table = DeltaTable(str(path))
+    assert _versions(table.history()) == [(5, "5"), (4, "4"), (3, "2"), (2, "1"), (1, "0")]
+
+    assert _versions(deltaio.numbered_history(table)) == [
+        (5, "5"), (4, "4"), (3, None), (2, "2"), (1, "1"), (0, "0")
+    ]  # fmt: skip
+    assert _versions(deltaio.numbered_history(table, 3)) == [(5, "5"), (4, "4"), (3, None)]
+    assert _versions(deltaio.numbered_history(table, 4)) == [
+        (5, "5"), (4, "4"), (3, None), (2, "2")
+    ]  # fmt: skip
+    assert _versions(deltaio.numbered_history(table, 2)) == [(5, "5"), (4, "4")]
+
+
+def test_a_newest_commit_without_a_commit_info_is_numbered(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    for n in range(2):
+        _append(path, n)
+    _bare_commit(path, 2)
+    table = DeltaTable(str(path))
+
+    assert _versions(deltaio.numbered_history(table)) == [(2, None), (1, "1"), (0, "0")]
+    assert _versions(deltaio.numbered_history(table, 1)) == [(2, None)]
+
+
+def test_a_history_whose_log_start_was_cleaned_up_is_numbered_from_delta_rs_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fewer entries than versions because the oldest commits' files are gone (log
+    cleanup after a checkpoint), every commit with its commit info: delta-rs' listing is
+    kept, each entry's number checked by one read of a commit file (not every file)."""
+    path = tmp_path / "t"
+    for n in range(5):
+        _append(path, n)
+    DeltaTable(str(path)).create_checkpoint()
+    for version in range(3):
+        (path / "_delta_log" / f"{version:020d}.json").unlink()
+    _append(path, 5)
+    read = deltaio._read_commit
+    reads: list[int] = []
+    monkeypatch.setattr(deltaio, "_read_commit", lambda s, v: reads.append(v) or read(s, v))
+
+    history = deltaio.numbered_history(DeltaTable(str(path)))
+
+    assert _versions(history) == [(5, "5"), (4, "4"), (3, "3")]
+    assert reads == [3, 2]  # the oldest entry's commit, and the file before it: none

@@ -820,19 +820,19 @@ class DeltaSink(Sink):
         """Take back a compaction of the table a run of this sink (or another's) committed
         and was killed before checking (:func:`fanout.delta_tables.compaction.repair_unchecked`);
         a repair that fails is logged, as a failed compaction is: the next one looks again.
-        Without ``compact_every`` (removed since the crash) only when the newest commits
-        hold a fanout compaction (``RECENT``): a table none compacted is not read back whole.
+        Without ``compact_every`` (removed since the crash) only when fanout compacted the
+        table (``worth_a_scan``): the history of a table none compacted is not read.
         ``fanout validate`` (``context.checking``) changes nothing: it tells what the run
         would take back, and logs a refusal as the run does."""
         from fanout.delta_tables.compaction import (
-            recently_compacted,
             repair_unchecked,
+            worth_a_scan,
             would_take_back,
         )
 
         what = f"sink {self.name!r} table {self.path}"
         try:
-            if not (self.compact_every or recently_compacted(table)):
+            if not (self.compact_every or worth_a_scan(table)):
                 return
             if not context.checking:
                 repair_unchecked(table, what, self.storage_options)
@@ -849,6 +849,18 @@ class DeltaSink(Sink):
                 "sink %r: checking the earlier compactions of %s failed; the next compaction "
                 "checks them again", self.name, self.path, exc_info=True,
             )  # fmt: skip
+
+    def standing_problems(self) -> Sequence[str]:
+        """A fanout compaction of the table that left rows twice and cannot be taken back
+        (:func:`fanout.delta_tables.compaction.refused_compaction`), as its refusal says it."""
+        from fanout.delta_tables.compaction import refused_compaction
+
+        if self.path is None:
+            return ()
+        table = deltaio.open_table(self.path, self.storage_options)
+        what = f"sink {self.name!r} table {self.path}"
+        found = None if table is None else refused_compaction(table, what, self.storage_options)
+        return () if found is None else (found,)
 
     def _maybe_compact(self, batch_id: int, engine: str, batch: Batch) -> None:
         every = self.compact_every

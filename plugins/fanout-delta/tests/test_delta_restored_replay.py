@@ -396,3 +396,25 @@ def test_a_replay_whose_history_cannot_be_numbered_is_skipped_when_no_restore_is
     assert sink.write(batch(2)).already_written is True
     assert ids(path) == [*range(30), *race.appended]
     assert len(race.appended) == 6  # 3 listings by the plan's check, 3 by the restore's
+
+
+@pytest.mark.parametrize("options", SINKS.values(), ids=SINKS.keys())
+def test_a_restore_keeping_the_batch_behind_a_commit_without_commit_info_skips_its_replay(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """Another writer's commit without a commit info after batch 2's, then a RESTORE to
+    batch 2's own version: the batch is held. delta-rs' history left that commit out and
+    numbered batch 2's commit one version high, so the RESTORE read as taking it out: the
+    replay wrote ids 20-29 a second time."""
+    path = tmp_path / "t"
+    sink = opened(path, **options)
+    written(sink, 3)  # batch 2 is version 2
+    bare = path / "_delta_log" / f"{3:020d}.json"
+    bare.write_text('{"txn":{"appId":"other","version":1}}\n')  # version 3, no commit info
+    restore_to_version(path, 2)  # version 4: keeps batch 2
+
+    assert sink.holds_batch("p", 0, 2) is True
+    replay = sink.write(batch(2))
+
+    assert replay.already_written is True
+    assert ids(path) == list(range(30))
