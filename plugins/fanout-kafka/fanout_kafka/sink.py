@@ -67,6 +67,7 @@ from fanout_kafka.options import (
     secret_values,
 )
 from fanout_kafka.records import RECORD_BATCH_HEADER_BYTES, Encoder, batch_headers
+from fanout_kafka.renewal import renew_markers
 from fanout_kafka.reruns import new_attempt
 from fanout_kafka.rivals import speculation_of
 from fanout_kafka.settings import WriterSettings, producer_config, scope_of
@@ -219,6 +220,7 @@ class KafkaSink(PartitionedSink):
         self._topic_id_recorded: tuple[float, str | None] | None = None
         # per scope, (monotonic time, span) of the partition span's last commit (open())
         self._spans: dict[str, tuple[float, int]] = {}
+        self._renewed: set[str] = set()  # scopes whose marker groups this open() renewed
         # the names the pipeline configures, until the first write in a scope asked for a
         # vanished name's batch at the topic's end (fanout_kafka.renamed): open()
         self._vanished_unasked: tuple[str, ...] = ()
@@ -246,6 +248,7 @@ class KafkaSink(PartitionedSink):
         self._dead = context.dead_letters
         self._topic_id_recorded = None
         self._spans = {}
+        self._renewed = set()
         self._prefix_unchecked = True
         self._check_options()
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
@@ -398,7 +401,10 @@ class KafkaSink(PartitionedSink):
         On Tansu, first the transactions an unfinished attempt left open are ended, so the
         markers they held back are applied (:mod:`fanout_kafka.abandoned`). Once per
         ``open()`` of a sink on the default ``transactional_id_prefix``, the former
-        default's ids are initialised first (fencing an older version's producers).
+        default's ids are initialised first (fencing an older version's producers), and
+        once per ``open()`` and scope the markers found are committed again, so the
+        brokers' ``offsets.retention.minutes`` counts from this run
+        (:mod:`fanout_kafka.renewal`).
 
         Read once per attempt: by the kit's :meth:`check_replay` when it runs (refusing a
         replay whose topic, encoding, dead-letter target or route differs from what the
@@ -707,6 +713,9 @@ class KafkaSink(PartitionedSink):
             self._prefix_unchecked = False  # once per open()
         if self._unsettled and self._end_turns is not None:
             end_abandoned_transactions(settings, span, batch.batch_id)
+        if settings.scope not in self._renewed:  # once per open() and scope: not per batch
+            renew_markers(settings, span, batch.batch_id)
+            self._renewed.add(settings.scope)
         self._unsettled = True  # until every partition of this attempt reports
         return read_committed(settings, batch.batch_id, span)
 
