@@ -279,6 +279,20 @@ class KafkaSink(PartitionedSink):
         if self._held_admin is None:  # the driver's marker reads use it from now on
             self._held_admin = admin_config(self.producer, self.bootstrap_servers)
             ADMINS.hold(self._held_admin)
+        if context.readiness and context.last_mark is not None:  # fanout validate
+            self._warn_markers_gone(context, context.last_mark)
+
+    def _warn_markers_gone(self, context: SinkContext, last_mark: tuple[int, int]) -> None:
+        """``fanout validate``: warn when no marker group of the ledger's current epoch is
+        left (:func:`fanout_kafka.readiness.markers_gone`)."""
+        from fanout_kafka.readiness import markers_gone
+
+        gone = markers_gone(admin_config(self.producer, str(self.bootstrap_servers)),
+                            marker_topic=self.marker_topic, pipeline=context.pipeline,
+                            sink=self.name, partitions=self.partitions, last_mark=last_mark,
+                            topic=str(self.topic), timeout_s=self.open_timeout_s)  # fmt: skip
+        if gone is not None:
+            context.warn("its marker groups hold its last marked batch", gone)
 
     def _check_brokers(self, cluster: Any, context: SinkContext) -> None:
         """:meth:`open`'s checks against the brokers: reachable, the topics (the marker
@@ -335,13 +349,22 @@ class KafkaSink(PartitionedSink):
     def _check_readiness(self, cluster: Any, topics: list[tuple[str, str]]) -> None:
         """``fanout validate``'s checks beyond a run's ``open()``
         (:mod:`fanout_kafka.readiness`): the topics' partitions have leaders, the
-        principal's rights on them where the broker says, and a transactional producer of
-        the sink's prefix initialises."""
-        from fanout_kafka.readiness import check_partitions, check_topic_rights, check_transactions
+        principal's rights on them and on its marker groups where the broker says, and a
+        transactional producer of the sink's prefix initialises."""
+        from fanout_kafka.markers import marker_group
+        from fanout_kafka.readiness import (
+            check_group_rights,
+            check_partitions,
+            check_topic_rights,
+            check_transactions,
+        )
 
         for topic, option in topics:
             check_partitions(cluster, topic, option)
         check_topic_rights(cluster, self.producer, topics)
+        pipeline = str(self.pipeline)
+        check_group_rights(cluster, self.producer, marker_group(pipeline, self.name, 0),
+                           f"fanout/{pipeline}")  # fmt: skip
         check_transactions(
             self.name, str(self.bootstrap_servers), self.producer,
             str(self.transactional_id_prefix), self.transaction_timeout_ms,
