@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import confluent_kafka
@@ -107,3 +108,37 @@ def test_a_run_commits_the_markers_it_finds_again_at_its_first_batch_only(
         second.close()
     after = _groups(kafka, pipeline, markers)
     assert [after[f"fanout/{pipeline}/k/p{p}"] for p in (0, 1)] == [3, 3]
+
+
+@pytest.mark.parametrize("tansu", [True, False])
+def test_a_renewal_that_fails_is_logged_and_on_tansu_its_ids_ended_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tansu: bool
+) -> None:
+    """Writer ``-0`` fails, ``-1`` has no marker (never asked), ``-2`` renews: the batch goes
+    on; on Tansu the failed writer's id is initialised again before the markers are read
+    (its transaction, if left open, would hold other markers back)."""
+    writers = [renewal.Writer(f"t-{p}", f"g{p}") for p in range(3)]
+    monkeypatch.setattr(renewal, "writers", lambda settings, span: writers)
+    monkeypatch.setattr(renewal, "read_offsets", lambda *a: [5, renewal.NO_OFFSET, 7])
+    asked: list[str] = []
+
+    def renew(settings: Any, writer: renewal.Writer) -> Any:
+        asked.append(writer.transactional_id)
+        if writer.transactional_id == "t-0":
+            return confluent_kafka.KafkaException(confluent_kafka.KafkaError(-185, "down"))
+        return {writer.marker: 7}
+
+    ended: list[list[str]] = []
+
+    def end(settings: Any, partitions: int, batch_id: int, **kw: Any) -> None:
+        ended.append(kw["extra_ids"])
+
+    monkeypatch.setattr(renewal, "_renew", renew)
+    monkeypatch.setattr(renewal, "end_abandoned_transactions", end)
+    settings = SimpleNamespace(producer={}, bootstrap_servers="b:1", operation_timeout_s=1.0,
+                               marker_topic="m", sink="k",
+                               end_turns="/tmp/turns" if tansu else None)  # fmt: skip
+    done = renewal.renew_markers(settings, 3, 4)  # type: ignore[arg-type]
+    assert (sorted(asked), done.renewed, done.failed) == (["t-0", "t-2"], {"g2": 7}, ("t-0",))
+    assert ended == ([["t-0"]] if tansu else [])
+    assert [r.levelname for r in caplog.records if "t-0" in r.getMessage()] == ["WARNING"]
