@@ -16,7 +16,9 @@ Nothing is written: the ledger is checked, not created; each sink is opened with
 ``INFO`` lines; a sink type that does not declare :attr:`fanout.Sink.read_only_check` is
 not opened (``SKIP``), since its ``open()`` might create things. A sink with
 ``on_failure = "lag"`` whose target cannot be reached is a ``WARN``, not a failure: the run
-starts without it, as ``fanout run`` does.
+starts without it, as ``fanout run`` does. A sink may also warn about what a run would go on
+with (:meth:`fanout.SinkContext.warn`: the Kafka sink's marker groups of the current epoch
+gone while the ledger marks batches written): a ``WARN`` line, exit 0.
 """
 
 from __future__ import annotations
@@ -70,9 +72,11 @@ def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., A
     types = registry.sink_types()
     kinds = registry.dead_letter_kinds()
     specs: dict[str, Any] = {}
+    marks = _last_marks(config) if changes is not None else {}
     for options in config.sinks:
         spec = _sink_checks(checks, registry, types, kinds, config.name, spark, options,
-                            source, specs, ledger=command_location(str(config.ledger)))  # fmt: skip
+                            source, specs, ledger=command_location(str(config.ledger)),
+                            marks=marks)  # fmt: skip
         if spec is not None:
             specs[spec.name] = spec
     try:  # listed only when it fails: two sinks claiming what one must have to itself
@@ -85,6 +89,25 @@ def run_checks(spark: Any, config: PipelineConfig, build_source: Callable[..., A
     if config.spool is not None:
         _spooled_check(checks, config, specs)
     return Checklist(checks, specs)
+
+
+def _last_marks(config: PipelineConfig) -> dict[str, tuple[int, int]]:
+    """Each sink's last mark in the pipeline's current epoch, ``(epoch, batch_id)``, read
+    from the ledger (none when it has none yet, or cannot be read: its own check says so),
+    for the sinks' readiness checks (:attr:`fanout.SinkContext.last_mark`)."""
+    from fanout.errors import FanoutError
+    from fanout.ledger.delta import DeltaLedger
+
+    names = [str(options.get("name")) for options in config.sinks]
+    ledger = DeltaLedger(config.ledger)
+    try:
+        if not ledger.exists():
+            return {}
+        epoch = ledger.current_epoch(config.name)
+        found = ledger.last_committed(config.name, names, epoch)
+    except FanoutError:
+        return {}
+    return {name: (epoch, mark) for name, mark in found.items() if mark is not None}
 
 
 def _shared_tables_check(
@@ -178,10 +201,13 @@ def _sink_checks(
     built: dict[str, Any],
     *,
     ledger: str | None = None,
+    marks: dict[str, tuple[int, int]] | None = None,
 ) -> Any:
     """The checks of one sink: options, target, route, schema; returns its
     :class:`fanout.sink_spec.SinkSpec` (``None`` when its options are wrong). ``ledger``:
-    the pipeline's ledger as commands name it, handed to the sink as a run hands it."""
+    the pipeline's ledger as commands name it, handed to the sink as a run hands it;
+    ``marks``: each sink's last mark in the current epoch (:func:`_last_marks`), whose
+    own records the sink may check (a problem it finds is a ``WARN`` line)."""
     from fanout.deadletters.target import resolve_target
     from fanout.retry import RetryPolicy
     from fanout.sink_spec import SinkSpec, split_core_options
@@ -209,12 +235,14 @@ def _sink_checks(
         )))  # fmt: skip
         return spec
     changes: list[str] = []
+    warnings: list[tuple[str, str]] = []
 
     def open_target() -> bool:
         dead_letters = resolve_target(sink, kinds)
         try:
             sink.open(SinkContext(pipeline, spark, dead_letters, ledger=ledger, checking=True,
-                                  readiness=True, changes=changes))  # fmt: skip
+                                  readiness=True, changes=changes, warnings=warnings,
+                                  last_mark=(marks or {}).get(name)))  # fmt: skip
         except Exception as exc:  # the checklist is printed and returned: masked here already
             unreachable = isinstance(exc, SinkUnreachableError)
             rebuild = (
@@ -231,6 +259,8 @@ def _sink_checks(
     opened = _check(checks, f"sink {name}: opens its target", open_target, sink=name)
     if not opened and checks[-1].unreachable and spec.lag.lags:
         checks[-1] = _starts_behind(checks[-1])
+    checks.extend(Check(f"sink {name}: {what}", problem, kind="warned", sink=name)
+                  for what, problem in warnings)  # fmt: skip
     _would(checks, f"sink {name}", changes, sink=name)
     if source is not None and opened:  # a target that did not open has no schema to check
         fit_checks(checks, name, spec, source, spark)

@@ -138,6 +138,14 @@ class SinkContext:
         sink that finds, replaying a batch, its records of it made in a target replaced
         since may write the whole batch into the target as it is instead of refusing
         (the PostgreSQL sink: docs/architecture.md §8.2, "A table replaced mid-batch").
+    :param last_mark: with :attr:`readiness` (``fanout validate``): the pipeline's current
+        epoch and the sink's last mark in it, ``(epoch, batch_id)``, as the ledger holds
+        them; ``None`` when it holds none there (or there is no ledger yet), and always
+        outside ``fanout validate``. A sink whose own records are kept apart from the
+        ledger and may go without it (the Kafka sink's marker groups, which the brokers
+        expire) can check that they are still there and say so with :meth:`warn`.
+    :param warnings: what :meth:`warn` was told, in order (``fanout validate`` prints each
+        as a ``WARN`` line: the run is not refused for it).
     """
 
     pipeline: str
@@ -151,12 +159,21 @@ class SinkContext:
     secrets: tuple[str, ...] = ()
     sinks: tuple[str, ...] = ()
     accept_lost: bool = False
+    last_mark: tuple[int, int] | None = None
+    warnings: list[tuple[str, str]] = field(default_factory=list)
 
     def would(self, change: str) -> None:
         """Record what the run would create or change that is not there yet, in words
         that complete "would ...", e.g. ``"create table public.orders"``; called by a
         sink's :meth:`Sink.open` when :attr:`checking`."""
         self.changes.append(change)
+
+    def warn(self, what: str, problem: str) -> None:
+        """Record a problem a run would go on with but an operator should fix (``what``:
+        the check, e.g. ``"its marker groups hold its last marked batch"``; ``problem``:
+        what is wrong and what to do); called by a sink's :meth:`Sink.open` when
+        :attr:`readiness`."""
+        self.warnings.append((what, problem))
 
 
 @dataclass(frozen=True)

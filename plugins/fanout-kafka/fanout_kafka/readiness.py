@@ -11,11 +11,32 @@ or later, in the middle of the stream.
   ``transactional_id_prefix`` record there, :mod:`fanout_kafka.former_ids`). A topic the
   principal may not even describe is refused by name, not said to be missing. A broker
   that does not say (no authorizer; Tansu has no ACLs) passes.
+- The rights of the sink's principal on its marker groups (consumer groups
+  ``fanout/<pipeline>...``, KIP-430 authorized operations of one of them): DESCRIBE (the
+  driver and the tasks read the markers) and READ (the partitions' transactions and the
+  driver commit them). A group the principal may not describe is refused; a broker that
+  does not say passes.
 - Transactions: a transactional producer of id ``<prefix>#validate`` initialises (a
   transaction coordinator answers, the principal may use ids of the sink's prefix and
-  write idempotently). It leaves no record in any topic; the broker keeps the id's
-  state until ``transactional.id.expiration.ms`` (7 days by default). Not ``<prefix>-<p>``:
-  that would fence a running pipeline's partition.
+  write idempotently), then is closed; no transaction is begun, so none is left to abort.
+  It leaves no record in any topic partition (so no producer state there either); the
+  transaction coordinator keeps the id in ``__transaction_state`` in state ``Empty`` (its
+  producer id and epoch) until its expiration task, run every
+  ``transaction.remove.expired.transaction.cleanup.interval.ms`` (1 hour by default),
+  finds its last update older than ``transactional.id.expiration.ms`` (7 days by
+  default), and writes its tombstone: at most about 7 days and 1 hour after the last
+  ``fanout validate`` (Kafka's ``TransactionStateManager.enableTransactionalIdExpiration``;
+  ids in states ``Empty``, ``CompleteCommit`` and ``CompleteAbort`` expire alike). No client
+  call checks the right without that state: ``InitProducerId`` is the request that needs
+  WRITE on the id; ``FindCoordinator`` and ``DescribeTransactions`` need only DESCRIBE and
+  confluent-kafka 2.16's admin client has neither; ``DescribeAcls`` needs DESCRIBE on the
+  cluster, which a pipeline's principal rarely has. Not ``<prefix>-<p>``: that would fence
+  a running pipeline's partition (abort its open transaction); nor ``<prefix>#route-0``,
+  which would fence a running route letters write and is a new id too for a sink without
+  a ``kafka:`` dead-letter topic.
+- Marker groups of the current epoch gone (:func:`markers_gone`): with the ledger's last
+  mark of the sink given (:attr:`fanout.SinkContext.last_mark`), a warning when no marker
+  group of that epoch is left on the marker topic.
 
 Each refusal is a :class:`fanout.ConfigurationError` naming the sink, the option and what
 to do, without the producer settings' secrets (:func:`fanout_kafka.options.secret_values`).
@@ -39,6 +60,9 @@ NEEDS: Mapping[str, tuple[str, ...]] = {
     "marker_topic": ("DESCRIBE", "READ", "WRITE"),
 }
 """The operations the sink's principal needs on each topic, by the option naming it."""
+
+GROUP_NEEDS: tuple[str, ...] = ("DESCRIBE", "READ")
+"""The operations the sink's principal needs on its marker groups."""
 
 _WHY = {
     "topic": "the partitions' transactions write its records",
@@ -84,12 +108,71 @@ def topic_unauthorized(exc: BaseException) -> bool:
 def lacking_operations(allowed: Sequence[Any] | None, option: str) -> list[str]:
     """The operations of :data:`NEEDS` for ``option`` not in ``allowed`` (the topic's
     authorized operations); none when the broker did not say (``None``) or allows ALL."""
+    return _lacking(allowed, NEEDS[option])
+
+
+def _lacking(allowed: Sequence[Any] | None, needed: Sequence[str]) -> list[str]:
+    """The operations of ``needed`` not in ``allowed``; none when ``allowed`` is ``None``
+    (the broker did not say) or holds ALL."""
     if allowed is None:
         return []
     names = {getattr(op, "name", str(op)) for op in allowed}
     if "ALL" in names:
         return []
-    return [op for op in NEEDS[option] if op not in names]
+    return [op for op in needed if op not in names]
+
+
+def group_refusal(
+    sink: str, bootstrap_servers: str, producer: Mapping[str, Any], group: str, prefix: str,
+    lacking: Sequence[str],
+) -> ConfigurationError:  # fmt: skip
+    """The refusal of marker group ``group`` (one of those prefixed ``prefix``) whose
+    operations ``lacking`` the sink's principal may not perform."""
+    flags = " ".join(f"--operation {op.capitalize()}" for op in lacking)
+    return ConfigurationError(
+        f"Kafka sink {sink!r}: the brokers at {bootstrap_servers!r} do not allow the sink's "
+        f"principal {', '.join(lacking)} on consumer group {group!r}, one of its marker "
+        f"groups (every group prefixed {prefix!r}), which a run needs (each partition's "
+        "transaction commits its marker there, and the markers are read before every "
+        f"batch); grant them (kafka-acls.sh --add --allow-principal {principal(producer)} "
+        f"{flags} --group {prefix} --resource-pattern-type prefixed)"
+    )
+
+
+def group_unauthorized(exc: BaseException) -> bool:
+    """Whether ``exc`` is the broker's refusal to describe a group to the principal."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(error, KafkaError) and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
+def check_group_rights(cluster: Any, producer: Mapping[str, Any], group: str, prefix: str) -> None:
+    """The rights of the sink's principal on its marker groups, asked of ``group`` (one of
+    them; the grant is for every group prefixed ``prefix``) where the broker says
+    (:data:`GROUP_NEEDS`); one describe request.
+
+    :raises fanout.ConfigurationError: naming the group, the prefix and the grant."""
+    from confluent_kafka import KafkaException
+
+    try:
+        futures = cluster.admin.describe_consumer_groups(
+            [group], include_authorized_operations=True, request_timeout=cluster.timeout_s
+        )
+        described = futures[group].result(timeout=cluster.timeout_s)
+    except KafkaException as exc:
+        if group_unauthorized(exc):
+            raise group_refusal(cluster.sink, cluster.bootstrap_servers, producer, group,
+                                prefix, GROUP_NEEDS) from None  # fmt: skip
+        return  # a broker that cannot describe groups: it does not say
+    error = getattr(described, "error", None)
+    if error is not None and group_unauthorized(KafkaException(error)):
+        raise group_refusal(cluster.sink, cluster.bootstrap_servers, producer, group, prefix,
+                            GROUP_NEEDS)  # fmt: skip
+    lacking = _lacking(getattr(described, "authorized_operations", None), GROUP_NEEDS)
+    if lacking:
+        raise group_refusal(cluster.sink, cluster.bootstrap_servers, producer, group, prefix,
+                            lacking)  # fmt: skip
 
 
 def check_partitions(cluster: Any, topic: str, option: str) -> None:
@@ -231,15 +314,55 @@ def check_transactions(
         error = exc.args[0] if exc.args else exc
         raise transaction_refusal(sink, bootstrap_servers, producer, prefix, error,
                                   timeout_s) from None  # fmt: skip
+    finally:
+        client.close()  # no transaction begun: nothing to abort
+
+
+def markers_gone(
+    admin_config: Mapping[str, Any], *, marker_topic: str, pipeline: str, sink: str,
+    partitions: int, last_mark: tuple[int, int], topic: str, timeout_s: float,
+) -> str | None:  # fmt: skip
+    """Why a run would not find the sink's marker groups of the ledger's current epoch
+    (``last_mark``: that epoch and the sink's last mark in it): none of them holds a marker
+    (read as :meth:`fanout_kafka.KafkaSink.holds_batch` reads them), so the brokers expired
+    them (``offsets.retention.minutes`` after their last commit) or someone deleted them.
+    ``None`` when some marker is there."""
+    from fanout.contract.batch import pipeline_scope
+    from fanout_kafka.markers import marker_group, span_group
+    from fanout_kafka.membership import held_partitions
+
+    epoch, batch_id = last_mark
+    scope = pipeline_scope(pipeline, epoch)
+    held = held_partitions(admin_config, marker_topic, lambda p: marker_group(scope, sink, p),
+                           batch_id, partitions, timeout_s,
+                           span_group=span_group(scope, sink))  # fmt: skip
+    if held != (0, 0):
+        return None
+    return (
+        f"no marker group of epoch {epoch} is left on marker topic {marker_topic!r} "
+        f"(groups {marker_group(scope, sink, 0)!r} ...), while the ledger marks batch "
+        f"{batch_id} written by this sink: the brokers deleted them offsets.retention.minutes "
+        "after their last commit (the pipeline was idle longer than that), or someone "
+        f"deleted them. A run cannot tell then whether topic {topic!r} holds its marked "
+        "batches, and a batch a killed run wrote after its last mark would be written "
+        "again. A run commits the markers it finds again at its first batch: run the "
+        "pipeline within offsets.retention.minutes (or raise it on the brokers), and do "
+        f"not delete the consumer groups prefixed 'fanout/{pipeline}'"
+    )
 
 
 __all__ = [
+    "GROUP_NEEDS",
     "NEEDS",
     "VALIDATE_SUFFIX",
+    "check_group_rights",
     "check_partitions",
     "check_topic_rights",
     "check_transactions",
+    "group_refusal",
+    "group_unauthorized",
     "lacking_operations",
+    "markers_gone",
     "principal",
     "rights_refusal",
     "topic_unauthorized",

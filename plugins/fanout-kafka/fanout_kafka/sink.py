@@ -67,6 +67,7 @@ from fanout_kafka.options import (
     secret_values,
 )
 from fanout_kafka.records import RECORD_BATCH_HEADER_BYTES, Encoder, batch_headers
+from fanout_kafka.renewal import renew_markers
 from fanout_kafka.reruns import new_attempt
 from fanout_kafka.rivals import speculation_of
 from fanout_kafka.settings import WriterSettings, producer_config, scope_of
@@ -219,6 +220,7 @@ class KafkaSink(PartitionedSink):
         self._topic_id_recorded: tuple[float, str | None] | None = None
         # per scope, (monotonic time, span) of the partition span's last commit (open())
         self._spans: dict[str, tuple[float, int]] = {}
+        self._renewed: set[str] = set()  # scopes whose marker groups this open() renewed
         # the names the pipeline configures, until the first write in a scope asked for a
         # vanished name's batch at the topic's end (fanout_kafka.renamed): open()
         self._vanished_unasked: tuple[str, ...] = ()
@@ -246,6 +248,7 @@ class KafkaSink(PartitionedSink):
         self._dead = context.dead_letters
         self._topic_id_recorded = None
         self._spans = {}
+        self._renewed = set()
         self._prefix_unchecked = True
         self._check_options()
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
@@ -276,6 +279,20 @@ class KafkaSink(PartitionedSink):
         if self._held_admin is None:  # the driver's marker reads use it from now on
             self._held_admin = admin_config(self.producer, self.bootstrap_servers)
             ADMINS.hold(self._held_admin)
+        if context.readiness and context.last_mark is not None:  # fanout validate
+            self._warn_markers_gone(context, context.last_mark)
+
+    def _warn_markers_gone(self, context: SinkContext, last_mark: tuple[int, int]) -> None:
+        """``fanout validate``: warn when no marker group of the ledger's current epoch is
+        left (:func:`fanout_kafka.readiness.markers_gone`)."""
+        from fanout_kafka.readiness import markers_gone
+
+        gone = markers_gone(admin_config(self.producer, str(self.bootstrap_servers)),
+                            marker_topic=self.marker_topic, pipeline=context.pipeline,
+                            sink=self.name, partitions=self.partitions, last_mark=last_mark,
+                            topic=str(self.topic), timeout_s=self.open_timeout_s)  # fmt: skip
+        if gone is not None:
+            context.warn("its marker groups hold its last marked batch", gone)
 
     def _check_brokers(self, cluster: Any, context: SinkContext) -> None:
         """:meth:`open`'s checks against the brokers: reachable, the topics (the marker
@@ -332,13 +349,22 @@ class KafkaSink(PartitionedSink):
     def _check_readiness(self, cluster: Any, topics: list[tuple[str, str]]) -> None:
         """``fanout validate``'s checks beyond a run's ``open()``
         (:mod:`fanout_kafka.readiness`): the topics' partitions have leaders, the
-        principal's rights on them where the broker says, and a transactional producer of
-        the sink's prefix initialises."""
-        from fanout_kafka.readiness import check_partitions, check_topic_rights, check_transactions
+        principal's rights on them and on its marker groups where the broker says, and a
+        transactional producer of the sink's prefix initialises."""
+        from fanout_kafka.markers import marker_group
+        from fanout_kafka.readiness import (
+            check_group_rights,
+            check_partitions,
+            check_topic_rights,
+            check_transactions,
+        )
 
         for topic, option in topics:
             check_partitions(cluster, topic, option)
         check_topic_rights(cluster, self.producer, topics)
+        pipeline = str(self.pipeline)
+        check_group_rights(cluster, self.producer, marker_group(pipeline, self.name, 0),
+                           f"fanout/{pipeline}")  # fmt: skip
         check_transactions(
             self.name, str(self.bootstrap_servers), self.producer,
             str(self.transactional_id_prefix), self.transaction_timeout_ms,
@@ -398,7 +424,10 @@ class KafkaSink(PartitionedSink):
         On Tansu, first the transactions an unfinished attempt left open are ended, so the
         markers they held back are applied (:mod:`fanout_kafka.abandoned`). Once per
         ``open()`` of a sink on the default ``transactional_id_prefix``, the former
-        default's ids are initialised first (fencing an older version's producers).
+        default's ids are initialised first (fencing an older version's producers), and
+        once per ``open()`` and scope the markers found are committed again, so the
+        brokers' ``offsets.retention.minutes`` counts from this run
+        (:mod:`fanout_kafka.renewal`).
 
         Read once per attempt: by the kit's :meth:`check_replay` when it runs (refusing a
         replay whose topic, encoding, dead-letter target or route differs from what the
@@ -707,6 +736,9 @@ class KafkaSink(PartitionedSink):
             self._prefix_unchecked = False  # once per open()
         if self._unsettled and self._end_turns is not None:
             end_abandoned_transactions(settings, span, batch.batch_id)
+        if settings.scope not in self._renewed:  # once per open() and scope: not per batch
+            renew_markers(settings, span, batch.batch_id)
+            self._renewed.add(settings.scope)
         self._unsettled = True  # until every partition of this attempt reports
         return read_committed(settings, batch.batch_id, span)
 

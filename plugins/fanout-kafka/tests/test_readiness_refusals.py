@@ -148,3 +148,49 @@ def test_a_partition_without_a_leader_is_named() -> None:
         "'b1:9093': a transaction writing to them would time out; check the brokers "
         "(kafka-topics.sh --describe --topic t) and validate again"
     )
+
+
+GROUP = "fanout/p/events/p0"
+
+
+def _grouped(answer: Any) -> Any:
+    """A cluster whose description of :data:`GROUP` (asked with its authorized
+    operations) is ``answer``."""
+    cluster = _cluster({}, listed=())
+
+    def describe(groups: list[str], **kw: Any) -> dict[str, Future[Any]]:
+        assert kw["include_authorized_operations"] is True
+        return {g: _described(answer) for g in groups}
+
+    cluster.admin = SimpleNamespace(describe_consumer_groups=describe)
+    return cluster
+
+
+def test_marker_groups_the_principal_may_not_describe_are_refused_with_the_grant() -> None:
+    denied = KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "no"))
+    with pytest.raises(ConfigurationError) as caught:
+        readiness.check_group_rights(_grouped(denied), PRODUCER, GROUP, "fanout/p")
+    assert str(caught.value) == (
+        "Kafka sink 'events': the brokers at 'b1:9093' do not allow the sink's principal "
+        "DESCRIBE, READ on consumer group 'fanout/p/events/p0', one of its marker groups "
+        "(every group prefixed 'fanout/p'), which a run needs (each partition's transaction "
+        "commits its marker there, and the markers are read before every batch); grant them "
+        "(kafka-acls.sh --add --allow-principal User:etl --operation Describe --operation "
+        "Read --group fanout/p --resource-pattern-type prefixed)"
+    )
+    assert SECRET not in str(caught.value)
+
+
+def test_marker_groups_need_read_where_the_broker_says() -> None:
+    described = SimpleNamespace(authorized_operations=[AclOperation.DESCRIBE])
+    with pytest.raises(ConfigurationError) as caught:
+        readiness.check_group_rights(_grouped(described), PRODUCER, GROUP, "fanout/p")
+    said = str(caught.value)
+    assert "do not allow the sink's principal READ on consumer group 'fanout/p/events/p0'" in said
+    assert said.endswith("--operation Read --group fanout/p --resource-pattern-type prefixed)")
+    for allowed in (None, [AclOperation.ALL], [AclOperation.DESCRIBE, AclOperation.READ]):
+        readiness.check_group_rights(
+            _grouped(SimpleNamespace(authorized_operations=allowed)), PRODUCER, GROUP, "fanout/p"
+        )
+    other = KafkaException(KafkaError(KafkaError._TRANSPORT, "down"))
+    readiness.check_group_rights(_grouped(other), PRODUCER, GROUP, "fanout/p")  # does not say

@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 from fanout_kafka import KafkaSink
 from fanout_kafka.embedded import free_port
 from kafka_log import committed_values
 from kafkatools import Broker
 
+from fanout import BatchInfo, FanOut
 from fanout.contract.sink import SinkContext
 from tests.in_process_cli import Cli
 from tests.integration.checklist import validate
@@ -136,3 +138,46 @@ def test_recover_opens_without_the_validate_producer(kafka: Broker, topic: str) 
     sink.close()
     earlier.commit_transaction(30)  # not fenced
     assert committed_values(kafka.bootstrap, topic) == [f"{prefix}#validate".encode()]
+
+
+def test_validate_warns_when_the_marker_groups_of_the_epoch_are_gone(
+    spark: Any, kafka: Broker, topic: str, tmp_path: Path, fanout_cli: Cli
+) -> None:
+    """The ledger marks batch 0 written by the sink; once its marker groups are deleted
+    (as the brokers expire them after offsets.retention.minutes), validate says so with a
+    WARN line (exit 0: a run goes on), and not before."""
+    pipeline = f"gone{uuid.uuid4().hex[:6]}"
+    options = {"type": "kafka", "name": "events", "bootstrap_servers": kafka.bootstrap,
+               "topic": topic, "key": "id", "marker_topic": f"{topic}-markers"}  # fmt: skip
+    fan = FanOut(pipeline, str(tmp_path / "ledger"), [options])
+    try:
+        fan.process(spark.createDataFrame([(i,) for i in range(8)], "id BIGINT"),
+                    BatchInfo(pipeline, 0, "q"))  # fmt: skip
+    finally:
+        fan.close()
+    sinks = _sinks(kafka.bootstrap, topic)
+    opened = ["  OK    sink events: options", "  OK    sink events: opens its target"]
+    schema = ["  OK    sink events: target takes the routed schema",
+              "  sink events: KafkaSink, transactional"]  # fmt: skip
+    kept = validate(tmp_path, "id LONG", sinks, fanout_cli, name=pipeline)
+    assert (kept.code, kept.lines[2:]) == (0, opened + schema), kept.err  # the ledger there
+
+    groups = [f"fanout/{pipeline}/events/p{p}" for p in range(4)]
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        for future in admin.delete_consumer_groups(groups).values():
+            future.result(10)
+    (tmp_path / "input").rmdir()  # validate() makes it again
+    gone = validate(tmp_path, "id LONG", sinks, fanout_cli, name=pipeline)
+    warned = (
+        f"  WARN  sink events: its marker groups hold its last marked batch: no marker group "
+        f"of epoch 0 is left on marker topic '{topic}-markers' (groups "
+        f"'fanout/{pipeline}/events/p0' ...), while the ledger marks batch 0 written by this "
+        "sink: the brokers deleted them offsets.retention.minutes after their last commit "
+        "(the pipeline was idle longer than that), or someone deleted them. A run cannot "
+        f"tell then whether topic '{topic}' holds its marked batches, and a batch a killed "
+        "run wrote after its last mark would be written again. A run commits the markers "
+        "it finds again at its first batch: run the pipeline within "
+        "offsets.retention.minutes (or raise it on the brokers), and do not delete the "
+        f"consumer groups prefixed 'fanout/{pipeline}'"
+    )
+    assert (gone.code, gone.lines[2:]) == (0, [*opened, warned, *schema]), gone.err
