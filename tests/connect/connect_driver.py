@@ -223,8 +223,8 @@ WORKER_LATE = (
 """Spark's errors when the foreachBatch process it starts for a query has not connected
 back within 10 s (``PythonWorkerFactory.createSimpleWorker``: a constant, no setting): on a
 loaded machine its imports alone (pyspark's worker, the Connect client: grpc, pandas,
-pyarrow) can take that long. Raised by ``start()``, or as the query's error before its
-first batch."""
+pyarrow) can take that long. Raised by ``start()``; seen as a running query's error too
+(at a load of 15-20, the Python worker of its origin not looked at)."""
 LATE_STARTS = 4
 """How many times a query whose foreachBatch process connected late is started again: a
 process that never connects (a hang, a crash at its start) still fails the last start."""
@@ -435,7 +435,7 @@ def main() -> None:
             run_stream(spark, args.workdir / "input", fan, checkpoint, start=start_query)
             break
         except Exception as exc:
-            if worker_late(exc) and late < LATE_STARTS:  # before its first batch: not a run
+            if worker_late(exc) and late < LATE_STARTS:  # not a run: the restart replays
                 late, runs = late + 1, runs - 1
                 print(f"RETRY run {late}: the foreachBatch process connected late", flush=True)
                 continue
