@@ -122,6 +122,7 @@ from fanout.steps.timeout import (
     BoundedCall,
 )
 from fanout.steps.unmarked import answers_holds_batch, lift_fences, refuse_unmarked
+from fanout.steps.worker_end import watch as close_when_spark_ends_process
 from fanout.steps.write import write_all
 
 log = logging.getLogger("fanout")
@@ -838,6 +839,7 @@ class FanOut:
         # foreachBatch process) and at a normal exit of that process (§15)
         self._built_here = True
         atexit.register(_close_at_exit, weakref.ref(self))
+        close_when_spark_ends_process(self)  # Connect's worker: SIGTERM closes it (§15)
 
     # -- the foreachBatch entry point -------------------------------------------------
 

@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -199,27 +200,102 @@ def volatile_key(spark: Any, workdir: Path, bootstrap: str) -> None:
         .json(str(workdir / "input"))
         .withColumn("order_id", F.expr("cast(rand() * 1000 as long)"))
     )  # fmt: skip
-    query = (
+    writer = (
         stream.writeStream.foreachBatch(fan).option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
+        .trigger(availableNow=True)
     )  # fmt: skip
-    try:
-        query.awaitTermination()
-        print("NOT REFUSED", flush=True)
-    except Exception as exc:
-        print("REFUSED " + " | ".join(str(exc).strip().splitlines()), flush=True)
+    for attempt in range(1, LATE_STARTS + 2):
+        try:
+            start_query(writer).awaitTermination()
+            print("NOT REFUSED", flush=True)
+        except Exception as exc:
+            if worker_late(exc) and attempt <= LATE_STARTS:
+                print(f"RETRY run {attempt}: the foreachBatch process connected late", flush=True)
+                continue
+            print("REFUSED " + " | ".join(str(exc).strip().splitlines()), flush=True)
+        break
+
+
+WORKER_LATE = (
+    "Timed out while waiting for the Python worker to connect back",
+    "Python worker failed to connect back",
+)
+"""Spark's errors when the foreachBatch process it starts for a query has not connected
+back within 10 s (``PythonWorkerFactory.createSimpleWorker``: a constant, no setting): on a
+loaded machine its imports alone (pyspark's worker, the Connect client: grpc, pandas,
+pyarrow) can take that long. Raised by ``start()``; seen as a running query's error too
+(at a load of 15-20, the Python worker of its origin not looked at)."""
+LATE_STARTS = 4
+"""How many times a query whose foreachBatch process connected late is started again: a
+process that never connects (a hang, a crash at its start) still fails the last start."""
+
+
+def worker_late(error: BaseException) -> bool:
+    """Whether ``error`` is Spark's foreachBatch process connecting back late."""
+    return any(text in str(error) for text in WORKER_LATE)
+
+
+def start_query(writer: Any) -> Any:
+    """``writer.start()``, started again (:data:`LATE_STARTS` times at most) when Spark's
+    foreachBatch process connected back late (:func:`worker_late`): nothing of the query
+    ran. Says ``RETRY`` when it retries."""
+    for attempt in range(1, LATE_STARTS + 2):
+        try:
+            return writer.start()
+        except Exception as exc:
+            if not worker_late(exc) or attempt > LATE_STARTS:
+                raise
+            print(f"RETRY start {attempt}: the foreachBatch process connected late", flush=True)
+    raise AssertionError("unreachable")
+
+
+def started_until(start: Callable[[], Any], entered: Path) -> Any:
+    """``start()``'s query once its batch wrote ``entered``; started again
+    (:data:`LATE_STARTS` times at most) when it ended first, on its foreachBatch process
+    connecting back late (nothing of it ran: that process runs every batch)."""
+    for attempt in range(1, LATE_STARTS + 2):
+        started = start()
+        query = started[1]
+        deadline = time.monotonic() + 120
+        while not entered.exists():
+            if not query.isActive:
+                error = query.exception()
+                if error is None or not worker_late(error) or attempt > LATE_STARTS:
+                    raise RuntimeError(f"the query ended before {entered.name}: {error}")
+                print(f"RETRY run {attempt}: the foreachBatch process connected late", flush=True)
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{entered} never appeared")
+            time.sleep(0.05)
+        else:
+            return started
+    raise AssertionError("unreachable")
 
 
 def _committed(checkpoint: Path) -> list[int]:
     return sorted(int(n) for n in os.listdir(checkpoint / "commits") if n.isdigit())
 
 
-def _wait_for(path: Path) -> None:
-    deadline = time.monotonic() + 120
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
+def _ended(pid: int, timeout_s: float) -> bool:
+    """Whether process ``pid`` ended within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
         time.sleep(0.05)
+    return False
+
+
+def _ledger_rows(ledger: Path, pipeline: str, batch_id: int) -> list[tuple[str, str, str]]:
+    """The ledger's rows of ``batch_id``: sink, status and the error's type."""
+    from fanout.ledger.delta import DeltaLedger
+    from fanout.ledger.entry import entries_from_arrow
+
+    rows = entries_from_arrow(DeltaLedger(str(ledger)).read(pipeline))
+    return sorted((e.sink, e.status, (e.error or "").split(":")[0])
+                  for e in rows if e.batch_id == batch_id)  # fmt: skip
 
 
 def _timing(spark: Any, query: Any) -> None:
@@ -245,7 +321,10 @@ def client_stops(spark: Any, workdir: Path) -> None:
        batch 2 is refused, the query ends by itself (``STOP REFUSED``);
     2. the restart writes batch 2; batch 3 held; ``stop_query(query)`` from another thread;
        released once the request reached the session: ``STOP CLEAN``, with what the
-       query's error was (batch 4, if Spark began it meanwhile, refused).
+       query's error was (batch 4, if Spark began it meanwhile, refused);
+    3. the restart holds batch 4 inside the call and ``query.stop()`` stops it there (Spark
+       ends the foreachBatch process with SIGTERM): ``STOP KILLED`` says whether that
+       process ended, ``STOP LEDGER 4`` what the ledger holds of batch 4.
 
     ``STOP COMMITS <run> <batches>`` says which batches Spark committed after each run."""
     from pyspark.sql.utils import StreamingQueryException
@@ -269,11 +348,10 @@ def client_stops(spark: Any, workdir: Path) -> None:
         stream = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1)
                   .json(str(root / "input")))  # fmt: skip
         writer = stream.writeStream.foreachBatch(fan).option("checkpointLocation", str(checkpoint))
-        return fan, writer.trigger(processingTime="0 seconds").start()
+        return fan, start_query(writer.trigger(processingTime="0 seconds"))
 
     # 1. request_stop(query): the batch inside finishes, the next one is refused
-    fan, query = start(hold=1)
-    _wait_for(root / "entered-1")
+    fan, query = started_until(lambda: start(hold=1), root / "entered-1")
     # what stop_query waits on: the trigger is active while a batch is inside the call
     print(f"STOP HELD trigger active: {query.status['isTriggerActive']}", flush=True)
     try:
@@ -297,8 +375,7 @@ def client_stops(spark: Any, workdir: Path) -> None:
 
     # 2. the restart writes batch 2; stop_query(query) while batch 3 is inside: it waits
     # for batch 3, then stops the query
-    fan, query = start(hold=3)
-    _wait_for(root / "entered-3")
+    fan, query = started_until(lambda: start(hold=3), root / "entered-3")
     stopped: list[bool] = []
     stopper = threading.Thread(target=lambda: stopped.append(fan.stop_query(query, 120)))
     stopper.start()
@@ -316,6 +393,18 @@ def client_stops(spark: Any, workdir: Path) -> None:
     fan.close()
     print(f"STOP COMMITS 2 {_committed(checkpoint)}", flush=True)
     print(f"STOP SERVER 2 {server_events(note)}", flush=True)
+
+    # 3. query.stop() itself while batch 4 is held inside the call: Spark ends the
+    # foreachBatch process (SIGTERM) in the middle of the batch
+    fan, query = started_until(lambda: start(hold=4), root / "entered-4")
+    worker = int((root / "entered-4").read_text())
+    query.stop()
+    ended = _ended(worker, 120)
+    fan.close()
+    print(f"STOP KILLED ended: {ended}; active: {query.isActive}", flush=True)
+    print(f"STOP COMMITS 3 {_committed(checkpoint)}", flush=True)
+    print(f"STOP SERVER 3 {server_events(note)}", flush=True)
+    print(f"STOP LEDGER 4 {_ledger_rows(root / 'ledger', 'connect-stop', 4)}", flush=True)
     print(f"TIMING the stop phase took {time.monotonic() - began:.0f} s", flush=True)
 
 
@@ -339,13 +428,17 @@ def main() -> None:
         retries=0,
         checkpoint_location=str(checkpoint),
     )
-    runs = 0
+    runs, late = 0, 0
     while runs < 3:
         runs += 1
         try:
-            run_stream(spark, args.workdir / "input", fan, checkpoint)
+            run_stream(spark, args.workdir / "input", fan, checkpoint, start=start_query)
             break
         except Exception as exc:
+            if worker_late(exc) and late < LATE_STARTS:  # not a run: the restart replays
+                late, runs = late + 1, runs - 1
+                print(f"RETRY run {late}: the foreachBatch process connected late", flush=True)
+                continue
             print("FAILED " + " | ".join(str(exc).strip().splitlines()), flush=True)
     print(f"DONE {runs}", flush=True)
     fan.close()

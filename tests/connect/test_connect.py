@@ -26,7 +26,9 @@ FILES, ROWS = 4, 40
 
 
 # once more on failure: the embedded Kafka broker (Tansu) now and then stalls a read
-# (plugins/fanout-kafka/tests/conftest.py); a second failure fails the test
+# (plugins/fanout-kafka/tests/conftest.py); a second failure fails the test. (A query
+# whose foreachBatch process connects back late is started again by the driver itself:
+# connect_driver.start_query, its RETRY lines printed)
 @pytest.mark.flaky(reruns=1)
 def test_the_fan_out_runs_under_spark_connect_with_a_partial_failure_and_replay(
     tmp_path: Path,
@@ -40,8 +42,8 @@ def test_the_fan_out_runs_under_spark_connect_with_a_partial_failure_and_replay(
             cwd=REPO, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         lines = done.stdout.splitlines()
-        # what the stop check costs a batch, and the stop phase its time
-        print(*(line for line in lines if line.startswith("TIMING")), sep="\n")
+        # what the stop check costs a batch, the stop phase its time, the late workers
+        print(*(line for line in lines if line.startswith(("TIMING", "RETRY"))), sep="\n")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
         expected = {r["order_id"]: r for r in rows}
         stop_rows = delta_rows(tmp_path / "stop" / "lake")
@@ -144,14 +146,18 @@ def test_the_fan_out_runs_under_spark_connect_with_a_partial_failure_and_replay(
     ), stops[3]
     assert stops[4] == "STOP COMMITS 2 [0, 1, 2, 3]", stops
     # closed when batch 4 was refused (before its error went back to the server); without
-    # it query.stop() ends the process: killed, it closes nothing; ended on its own first
-    # (its socket closed), its atexit closes it. Which comes first is Spark's timing (§15)
-    server = stops.pop(5)
-    if refused == "True":
-        assert server == "STOP SERVER 2 ['open', 'close']", stops
-    else:
-        assert server in ("STOP SERVER 2 ['open']", "STOP SERVER 2 ['open', 'close']"), stops
-    assert len(stops) == 5, stops
+    # it query.stop() ends the process (SIGTERM, or its socket closed first): closed
+    # either way (on 9a55f26e the SIGTERM killed it with its sinks open, now and then)
+    assert stops.pop(5) == "STOP SERVER 2 ['open', 'close']", stops
+    # run 3: query.stop() while batch 4 is inside the call: Spark ended the process with
+    # SIGTERM; the FanOut built there closed its sinks first (on 9a55f26e: killed, nothing
+    # closed), and batch 4 was cut: not committed, not marked
+    assert stops[5:] == [
+        "STOP KILLED ended: True; active: False",
+        "STOP COMMITS 3 [0, 1, 2, 3]",
+        "STOP SERVER 3 ['open', 'close']",
+        "STOP LEDGER 4 []",
+    ], stops
     # batches 0-3, once each over the stop and the restart (batch 2, refused in run 1,
     # written by run 2), with their values; batch 4 not begun or refused; one mark each
     expected_stop = [order(i) for i in range(4 * STOP_ROWS)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,19 +85,19 @@ def run_stream(
     schema: str = SCHEMA,
     *,
     files_per_batch: int | None = 1,
+    start: Callable[[Any], Any] = lambda writer: writer.start(),
 ) -> None:
     """Run the file stream through ``fan`` until the input is consumed (one file per
     batch, or every new file in one batch with ``files_per_batch=None``); raises the
-    query's exception when it fails."""
+    query's exception when it fails. ``start``: what starts the query's writer."""
     reader = spark.readStream.schema(schema)
     if files_per_batch is not None:
         reader = reader.option("maxFilesPerTrigger", files_per_batch)
     stream = reader.json(str(input_dir))
-    query = (
+    query = start(
         stream.writeStream.foreachBatch(fan)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
-        .start()
     )
     query.awaitTermination()
 

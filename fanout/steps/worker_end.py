@@ -1,0 +1,188 @@
+"""The end of Spark Connect's foreachBatch process: the ``FanOut`` built there from its
+pickle is closed, not killed with it (docs/architecture.md §15).
+
+When a Connect query ends (``query.stop()``, its failure, its session's end) the server's
+listener stops the query's Python runner: ``Process.destroy()`` on the foreachBatch process
+(SIGTERM, never followed by SIGKILL) and its socket closed. Python's default SIGTERM ends a
+process at once, without ``finally`` blocks or ``atexit``: the FanOut closed nothing. In
+that process only (:func:`watch`), SIGTERM is handled in the main thread, where pyspark
+runs the batches:
+
+- between batches (pyspark's loop waits on its socket for the next one), the FanOut is
+  closed there and then, and the process ends (status 143, SIGTERM's);
+- inside a batch, :class:`WorkerTerminated` (a ``SystemExit``) unwinds the batch as any
+  ``BaseException`` does (invariant 4): the sinks' writes running in other threads end
+  whole, each marked after its own write as always; the attempt cut in the main thread is
+  recorded as failed, never marked; the FanOut closes before the error leaves its call,
+  and the process exits. Nothing commits half a batch: a sink's own transaction is
+  committed by its write or not at all;
+- while a FanOut of the process is closing or closed (a failed batch's close, or at exit),
+  nothing: the process is ending already, and Spark's second SIGTERM must not cut a close.
+
+The process's exit itself can hang: the interpreter's finalization, after ``atexit``, has
+been seen to wait forever on a lock taken in a gRPC callback (the Connect client's
+channel), which Spark's SIGTERM used to cut short. So a watched process ends with
+``os._exit`` as soon as its FanOuts are closed, from an ``atexit`` callback that runs before
+the others (after ``logging`` is flushed): status 143 once SIGTERM came, else 0. And a
+handler runs only when the main thread is back in Python: whatever that thread is doing (a
+call that never returns, a write that swallows the exit, a non-daemon thread the exit waits
+for), the signal's own wake-up byte (``signal.set_wakeup_fd``) wakes a thread that ends the
+process :data:`GRACE_S` after the first SIGTERM, as the default action would have at once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import weakref
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger("fanout")
+
+WORKER_ENV = "SPARK_CONNECT_LOCAL_URL"
+"""Set by Spark's ``StreamingPythonRunner`` in the environment of the Python processes it
+starts beside a Connect server (the foreachBatch and listener workers), and nowhere else."""
+GRACE_S = 60.0
+"""How long after the first SIGTERM the process may take to close and exit before it is
+ended anyway (exit status 128 + SIGTERM): a close waits up to 30 s for a catch-up write
+and :data:`fanout.steps.timeout.CLOSE_WAIT_S` for abandoned writes."""
+EXIT_STATUS = 128 + signal.SIGTERM
+"""The exit status a shell gives a process SIGTERM ended."""
+
+
+class WorkerTerminated(SystemExit):
+    """Spark ended the foreachBatch process (SIGTERM): the batch in progress, if any, is
+    cut, and the process exits once its ``FanOut`` is closed."""
+
+    def __init__(self) -> None:
+        super().__init__(EXIT_STATUS)
+
+    def __str__(self) -> str:
+        return (
+            "Spark ended this foreachBatch process (SIGTERM: the query stopped or failed); "
+            "the batch in progress, if any, was cut before its marks: the query's restart "
+            "runs it again"
+        )
+
+
+_watched: list[weakref.ref[Any]] = []
+_lock = threading.Lock()
+_installed = False
+_raised = False
+_signalled = False
+
+
+def watch(fan: Any) -> bool:
+    """Close ``fan`` (a ``FanOut`` built from its pickle) when Spark ends this process, if
+    this is a foreachBatch process beside a Connect server (:data:`WORKER_ENV`) and this is
+    its main thread. Installs the handler once, and only where SIGTERM still has its
+    default action and no wake-up fd is set: a handler or fd set by other code is kept,
+    and the process then ends as that code says (logged). At the process's exit every
+    watched FanOut is closed, then the process ends (:func:`_exit_closed`). Returns
+    whether ``fan`` is watched."""
+    global _installed
+    if WORKER_ENV not in os.environ or threading.current_thread() is not threading.main_thread():
+        return False
+    with _lock:
+        if not _installed:
+            if not _install():
+                return False
+            _installed = True
+        _watched.append(weakref.ref(fan))
+    return True
+
+
+def _install() -> bool:
+    """SIGTERM's handler and the thread its wake-up byte wakes; ``False`` (nothing
+    changed) when SIGTERM or the wake-up fd already belongs to other code."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        log.info(
+            "SIGTERM has a handler in this foreachBatch process: fanout leaves it; the "
+            "FanOut is closed at the end of its process only if that handler exits normally"
+        )
+        return False
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    earlier = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    if earlier != -1:  # another's (an event loop's): put it back
+        signal.set_wakeup_fd(earlier)
+        os.close(read)
+        os.close(write)
+        log.info(
+            "a signal wake-up fd is set in this foreachBatch process: fanout leaves SIGTERM "
+            "to its default (the FanOut is not closed when Spark ends the process)"
+        )
+        return False
+    signal.signal(signal.SIGTERM, _terminated)
+    atexit.register(_exit_closed)  # after the first FanOut's own close: runs before it
+    name = "fanout-worker-end"
+    threading.Thread(target=_end_after_grace, args=(read,), name=name, daemon=True).start()
+    return True
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM's handler (main thread): close and end between batches, unwind a batch in
+    progress (:class:`WorkerTerminated`, once), nothing while a close runs or ran."""
+    global _raised, _signalled
+    _signalled = True
+    fans = _alive()
+    if _raised or any(vars(fan).get("_closed", False) for fan in fans):
+        return
+    log.warning(
+        "Spark ended this foreachBatch process (SIGTERM: its query stopped or failed): "
+        "closing the FanOut built here, then exiting; a batch in progress is cut before "
+        "its marks and runs again at the query's restart"
+    )
+    if all(fan.stop_gate.inside is None for fan in fans):
+        _exit_closed()
+    _raised = True
+    raise WorkerTerminated
+
+
+def _alive() -> list[Any]:
+    """The watched FanOuts not yet collected."""
+    return [fan for ref in _watched if (fan := ref()) is not None]
+
+
+def _exit_closed() -> None:
+    """Close every watched FanOut (a second close does nothing), flush the logs and end
+    the process: 143 once SIGTERM came, else 0."""
+    for fan in _alive():
+        try:
+            fan.close()
+        except Exception:
+            log.exception("pipeline %s: closing this FanOut as its process ends failed",
+                          fan.pipeline)  # fmt: skip
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed stream: nothing to flush
+            pass
+    os._exit(EXIT_STATUS if _signalled else 0)
+
+
+def _end_after_grace(read: int) -> None:
+    """Wait for SIGTERM's wake-up byte, then end the process :data:`GRACE_S` later."""
+    while True:
+        woke = os.read(read, 64)
+        if not woke:
+            return
+        if signal.SIGTERM in woke:  # other signals' bytes come through too
+            break
+    time.sleep(GRACE_S)
+    log.error(
+        "this foreachBatch process was still running %g s after Spark's SIGTERM (a close "
+        "or a write that did not end): ended now, as a kill would",
+        GRACE_S,
+    )
+    os._exit(EXIT_STATUS)
+
+
+__all__ = ["EXIT_STATUS", "GRACE_S", "WORKER_ENV", "WorkerTerminated", "watch"]

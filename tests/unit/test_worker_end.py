@@ -1,0 +1,167 @@
+"""Spark ends Connect's foreachBatch process with SIGTERM (``Process.destroy()``) when its
+query stops or fails; the ``FanOut`` built there from its pickle is closed, not killed with
+it (``fanout.steps.worker_end``, docs/architecture.md §15). Each case is a real subprocess
+sent a real SIGTERM, with the environment Spark gives that process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from pyspark import cloudpickle
+
+from fanout import Batch, FanOut, SinkResult
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import entries_from_arrow
+from fanout.steps import worker_end
+from tests.unit.test_built_fan_out_close import ClosingSink
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class HeldSink(ClosingSink):
+    """Batch 1's write says it began (the file ``began``) and runs until the process
+    ends; ``swallow``: it also swallows what would end it (a write that never returns)."""
+
+    def __init__(self, name: str, *, note: str, began: str, swallow: bool = False) -> None:
+        super().__init__(name, note=note)
+        self.began, self.swallow = began, swallow
+
+    def write(self, batch: Batch) -> SinkResult:
+        if batch.batch_id != 1:
+            return super().write(batch)
+        Path(self.began).write_text(str(os.getpid()))
+        while True:
+            try:
+                time.sleep(0.05)
+            except BaseException:
+                if not self.swallow:
+                    raise
+
+
+def _worker(tmp_path: Path, sink: ClosingSink, then: str) -> subprocess.Popen[str]:
+    """A process as Spark starts beside a Connect server (:data:`worker_end.WORKER_ENV`
+    set) that unpickles the FanOut, writes batch 0 with it, prints ``ready``, then runs
+    ``then``."""
+    fan = FanOut("ending", str(tmp_path / "ledger"), [sink], retries=0)
+    fan.close()
+    Path(sink.note).unlink()  # the client's own close
+    pickled = tmp_path / "fan.pickle"
+    pickled.write_bytes(cloudpickle.dumps(fan))
+    code = textwrap.dedent(f"""
+        import sys
+        from pyspark import cloudpickle
+        from fanout.steps import worker_end
+        from tests.unit.fakes import FakeFrame
+        worker_end.GRACE_S = 2.0
+        fan = cloudpickle.loads(open({str(pickled)!r}, "rb").read())
+        fan(FakeFrame(), 0)
+        print("ready", flush=True)
+    """) + textwrap.dedent(then)
+    env = {**os.environ, worker_end.WORKER_ENV: "sc://localhost:15002/;user_id=test"}
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, env=env, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    assert process.stdout.readline() == "ready\n", process.communicate(timeout=60)
+    return process
+
+
+def _entries(tmp_path: Path) -> list[tuple[str, int, str, str]]:
+    """The ledger's rows of the pipeline: sink, batch, status and error."""
+    rows = entries_from_arrow(DeltaLedger(str(tmp_path / "ledger")).read("ending"))
+    return sorted((e.sink, e.batch_id, e.status, e.error or "") for e in rows)
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def test_sigterm_between_batches_closes_the_fan_out_and_ends_the_process(
+    tmp_path: Path,
+) -> None:
+    """pyspark's loop waits on its socket for the next batch (here: stdin); SIGTERM ends
+    the wait, the process exits (status 143, as SIGTERM's) and its exit closed the sink
+    once. Before, SIGTERM's default action killed it with its sink open."""
+    note = tmp_path / "closed.txt"
+    worker = _worker(tmp_path, ClosingSink("rec", note=str(note)), """
+        sys.stdin.read()
+        print("the wait was not ended", flush=True)
+    """)  # fmt: skip
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=60)
+    assert (worker.returncode, out) == (143, ""), err
+    assert note.read_text() == "closed\n"
+    assert _entries(tmp_path) == [("rec", 0, "committed", "")]
+
+
+def test_sigterm_inside_a_batch_cuts_it_unmarked_and_closes_the_fan_out(
+    tmp_path: Path,
+) -> None:
+    """Batch 1's write runs when SIGTERM comes: it is cut, recorded as a failed attempt,
+    not marked, and the sink closed once before the process exits (143)."""
+    note, began = tmp_path / "closed.txt", tmp_path / "began"
+    sink = HeldSink("rec", note=str(note), began=str(began))
+    worker = _worker(tmp_path, sink, """
+        fan(FakeFrame(), 1)
+        print("batch 1 returned", flush=True)
+    """)  # fmt: skip
+    _wait_for(began)
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=60)
+    assert (worker.returncode, out) == (143, ""), err
+    assert note.read_text() == "closed\n"
+    assert _entries(tmp_path) == [
+        ("rec", 0, "committed", ""),
+        ("rec", 1, "failed", "SinkWriteError: sink 'rec', batch 1: WorkerTerminated: Spark "
+         "ended this foreachBatch process (SIGTERM: the query stopped or failed); the batch "
+         "in progress, if any, was cut before its marks: the query's restart runs it again"),
+    ]  # fmt: skip
+
+
+def test_a_process_that_does_not_end_is_ended_after_the_grace(tmp_path: Path) -> None:
+    """A write that swallows the exit (or a call that never returns to Python) would keep
+    the process alive: it is ended GRACE_S (2 s here) after the SIGTERM all the same."""
+    note, began = tmp_path / "closed.txt", tmp_path / "began"
+    sink = HeldSink("rec", note=str(note), began=str(began), swallow=True)
+    worker = _worker(tmp_path, sink, "fan(FakeFrame(), 1)\n")
+    _wait_for(began)
+    sent = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    out, err = worker.communicate(timeout=60)
+    waited = time.monotonic() - sent
+    assert (worker.returncode, out) == (143, ""), err
+    assert 2.0 <= waited < 30, waited
+    assert "still running 2 s after Spark's SIGTERM" in err
+    assert not note.exists()  # nothing closed: the write never let the batch end
+
+
+def test_nothing_is_installed_outside_connects_worker_or_over_a_handler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not in a process Spark did not start beside a Connect server (a classic driver, a
+    client), nor over a SIGTERM handler someone else set."""
+    monkeypatch.delenv(worker_end.WORKER_ENV, raising=False)
+    assert worker_end.watch(object()) is False
+    assert signal.getsignal(signal.SIGTERM) is not worker_end._terminated
+
+    def users(signum: int, frame: object) -> None:
+        """The user's own handler."""
+
+    monkeypatch.setenv(worker_end.WORKER_ENV, "sc://localhost:15002")
+    earlier = signal.signal(signal.SIGTERM, users)
+    try:
+        assert worker_end.watch(object()) is False
+        assert signal.getsignal(signal.SIGTERM) is users
+    finally:
+        signal.signal(signal.SIGTERM, earlier)
