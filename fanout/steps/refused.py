@@ -1,0 +1,123 @@
+"""A batch fanout refused before any sink wrote it, recorded as the refusal leaves
+``FanOut.__call__`` (:mod:`fanout.ledger.refusals`; docs/architecture.md §4, "Refused
+batches").
+
+Spark replays such a batch at the next start with its original planning time, and a
+replay whose sink can no longer tell whether it holds the batch is refused (its first
+attempt may have written it). A batch fanout refused before any write (``fanout run``'s
+clean stop at the stop gate, the checkpoint guard, a lost target, a renamed sink, a closed
+``FanOut``...) was written by nobody: its row lets the replay pass. One row, only when
+both hold (else none: the cost of a missing row is a possible false refusal, which is
+safe; a wrong row could let a batch be written twice):
+
+- no sink write of the attempt began: it left before the steps that write
+  (:meth:`PreWrite.writing`, called by the dispatcher right before them);
+- the attempt is certainly the batch's first, not a replay (:meth:`PreWrite.first_attempt`):
+  Spark planned it after this ``FanOut`` was born, and no attempt of that batch id raised
+  earlier in this process. A replay's earlier attempt may have written; a row of the
+  replay's refusal would let the next replay pass behind it.
+
+Nothing of this runs on a batch that passes: a flag set, no read, no write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from fanout.contract.batch import BatchInfo
+from fanout.ledger.entry import Ledger, ledger_key
+from fanout.ledger.refusals import record_refused
+from fanout.observe.logs import batch_fields
+from fanout.steps.context import ContextReader
+
+log = logging.getLogger("fanout")
+
+_raised: dict[tuple[str, str], set[int]] = {}
+"""Per (ledger, pipeline), the batch ids of attempts that raised in this process, by any
+``FanOut``: a later attempt of one of them is a replay (Spark replays a batch that raised),
+whoever runs it."""
+_raised_lock = threading.Lock()
+
+
+class PreWrite:
+    """What one ``FanOut`` knows to record a batch it refused before any write.
+
+    :param ledger: the pipeline's ledger.
+    :param pipeline: the pipeline's name.
+    """
+
+    def __init__(self, ledger: Ledger, pipeline: str) -> None:
+        self.ledger = ledger
+        self.pipeline = pipeline
+        self.born_ms = int(time.time() * 1000)
+        """When this ``FanOut`` was built (epoch ms): a batch Spark planned before is a
+        replay. Under Spark Connect the ``FanOut`` beside the server is built at its first
+        batch, after that batch was planned: read as a replay, no row (safe)."""
+        self._key = (ledger_key(ledger), pipeline)
+        self._writing = False
+
+    def entering(self) -> None:
+        """A batch enters ``FanOut.__call__``: no write of it began."""
+        self._writing = False
+
+    def writing(self) -> None:
+        """The batch reaches the steps that may write to a sink (persist, routes, spool,
+        write): from here on its refusal is recorded no more."""
+        self._writing = True
+
+    def first_attempt(self, info: BatchInfo) -> bool:
+        """Whether ``info`` is certainly its batch's first attempt: Spark planned it
+        (``batch_timestamp_ms``) at or after :attr:`born_ms`, and no attempt of its batch
+        id raised before in this process. ``False`` when the planning time is unknown.
+        Asked as the attempt enters, before it raises."""
+        planned = info.batch_timestamp_ms
+        if planned is None or planned < self.born_ms:
+            return False
+        with _raised_lock:
+            return info.batch_id not in _raised.get(self._key, set())
+
+    def context(self, reader: ContextReader, batch_df: Any, batch_id: int) -> BatchInfo | None:
+        """The context of a batch refused before fanout read it (the stop gate, a closed
+        ``FanOut``), read now; ``None`` when it cannot be read (no row then)."""
+        try:
+            return reader.read(batch_df, batch_id)
+        except Exception as exc:
+            log.debug("pipeline %s, batch %s: context unreadable at its refusal: %s",
+                      self.pipeline, batch_id, exc)  # fmt: skip
+            return None
+
+    def left(
+        self, batch_id: int, info: BatchInfo | None, first: bool, error: BaseException
+    ) -> None:
+        """The attempt of ``batch_id`` leaves ``FanOut.__call__`` with ``error``; ``first``:
+        :meth:`first_attempt`'s answer as it entered. Records the refusal (the ledger's
+        current epoch, which a replay is admitted into) when no write began, the attempt
+        was the batch's first and ``error`` is an ``Exception`` (not an interrupt). A
+        failing record is logged, never raised: the batch's own error goes on (a clean
+        stop stays one)."""
+        with _raised_lock:
+            _raised.setdefault(self._key, set()).add(int(batch_id))
+        planned = None if info is None else info.batch_timestamp_ms
+        if self._writing or not first or planned is None or not isinstance(error, Exception):
+            return
+        fields = batch_fields(self.pipeline, batch_id)
+        try:
+            epoch = self.ledger.lookup(self.pipeline, ()).epoch
+            record_refused(self.ledger, self.pipeline, epoch, int(batch_id), planned)
+        except Exception as exc:
+            log.warning(
+                "pipeline %s, batch %s: refused before any sink wrote it, but the ledger "
+                "could not record so (%s: %s); if a sink's own records of its batches expire "
+                "before Spark replays it, the replay may be refused as possibly written: "
+                "then `--accept-lost-target <sink>` lets it write",
+                self.pipeline, batch_id, type(exc).__name__, exc, extra=fields,
+            )  # fmt: skip
+            return
+        log.info(
+            "pipeline %s, batch %s: refused before any sink wrote it (%s); recorded in the "
+            "ledger, so its replay is known unwritten",
+            self.pipeline, batch_id, type(error).__name__, extra=fields,
+        )  # fmt: skip
