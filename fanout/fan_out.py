@@ -894,7 +894,8 @@ class FanOut:
     ) -> None:  # fmt: skip
         """An attempt leaves :meth:`__call__` with ``error``: record it in the ledger when
         it was refused before any sink write (:mod:`fanout.ledger.refusals`). A batch
-        refused before its context was read (the stop gate, a closed FanOut) reads it now."""
+        refused before its context was read (the stop gate, a closed FanOut) reads its
+        planning time now."""
         if info is None:
             info = self._refusals.context(self._context, batch_df, batch_id)
             first = info is not None and self._first_attempt(info)

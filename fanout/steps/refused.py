@@ -31,7 +31,13 @@ from fanout.contract.batch import BatchInfo
 from fanout.ledger.entry import Ledger, ledger_key
 from fanout.ledger.refusals import record_refused
 from fanout.observe.logs import batch_fields
-from fanout.steps.context import ContextReader
+from fanout.steps.context import (
+    ContextReader,
+    checkpoint_root,
+    parse_offset_log,
+    query_id_of,
+    read_file_directly,
+)
 
 log = logging.getLogger("fanout")
 
@@ -81,13 +87,25 @@ class PreWrite:
 
     def context(self, reader: ContextReader, batch_df: Any, batch_id: int) -> BatchInfo | None:
         """The context of a batch refused before fanout read it (the stop gate, a closed
-        ``FanOut``), read now; ``None`` when it cannot be read (no row then)."""
+        ``FanOut``): its planning time, from ``offsets/<batch_id>`` in the checkpoint the
+        reader knows (else the batch's query's, asked of Spark), read with pyarrow
+        (:func:`fanout.steps.context.read_file_directly`), never through Hadoop: at a stop,
+        Spark may have interrupted the batch's thread, and a read through Hadoop from it
+        finds the file empty. ``None`` when it cannot be read (no row then)."""
         try:
-            return reader.read(batch_df, batch_id)
+            location = reader.known_location()
+            if location is None and (query_id := query_id_of(batch_df)) is not None:
+                location = checkpoint_root(query_id)
+            text = None if location is None else read_file_directly(location, f"offsets/{batch_id}")
+            planned = None if text is None else parse_offset_log(text)
         except Exception as exc:
-            log.debug("pipeline %s, batch %s: context unreadable at its refusal: %s",
+            log.debug("pipeline %s, batch %s: offsets unreadable at its refusal: %s",
                       self.pipeline, batch_id, exc)  # fmt: skip
             return None
+        if planned is None:
+            return None
+        return BatchInfo(self.pipeline, int(batch_id), None, planned.source_offsets,
+                         batch_timestamp_ms=planned.batch_timestamp_ms)  # fmt: skip
 
     def left(
         self, batch_id: int, info: BatchInfo | None, first: bool, error: BaseException

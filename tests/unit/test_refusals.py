@@ -162,7 +162,7 @@ def _pipeline(ledger: Ledger) -> None:
                     source_offsets=offsets,
                     finished_at=now_utc(),
                     batch_timestamp_ms=T + batch,
-                )  # fmt: skip
+                )
             )
     ledger.record_failure(
         LedgerEntry(
@@ -173,7 +173,7 @@ def _pipeline(ledger: Ledger) -> None:
             query_id="q1",
             error="SinkWriteError: x",
             finished_at=now_utc(),
-        )  # fmt: skip
+        )
     )
 
 
