@@ -1026,7 +1026,9 @@ class FanOut:
             self._layouts.start_ahead(df)
         state: BatchState | None = None
         try:
+            self._refusals.admitting()  # a refusal of the guard step: no refused row
             state = self._admission.admit(df, info, self.sinks)  # 2. guard
+            self._refusals.admitted(state.info.epoch)
             return self._process(state)
         finally:
             self._layouts.end_batch(follow=_read_as_given(state, df))

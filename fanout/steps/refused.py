@@ -11,7 +11,11 @@ both hold (else none: the cost of a missing row is a possible false refusal, whi
 safe; a wrong row could let a batch be written twice):
 
 - no sink write of the attempt began: it left before the steps that write
-  (:meth:`PreWrite.writing`, called by the dispatcher right before them);
+  (:meth:`PreWrite.writing`, called by the dispatcher right before them), and not from the
+  guard step (:meth:`PreWrite.admitting`: a replaced or rolled-back checkpoint is refused
+  again at its replay, a refused reset's batch is admitted into a new epoch, where no sink
+  has a mark and the replay check asks nothing; a refused reset leaves the ledger as it
+  was);
 - the attempt is certainly the batch's first, not a replay (:meth:`PreWrite.first_attempt`):
   Spark planned it after this ``FanOut`` was born, and no attempt of that batch id raised
   earlier in this process. A replay's earlier attempt may have written; a row of the
@@ -25,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 from fanout.contract.batch import BatchInfo
 from fanout.ledger.entry import Ledger, ledger_key
@@ -40,6 +44,13 @@ from fanout.steps.context import (
 )
 
 log = logging.getLogger("fanout")
+
+Phase = Literal["entered", "admitting", "admitted", "writing"]
+"""Where the batch in ``FanOut.__call__`` is: before the guard step, in it, past it, at
+the steps that may write."""
+
+RECORDED: tuple[Phase, ...] = ("entered", "admitted")
+"""The phases whose refusal is recorded."""
 
 _raised: dict[tuple[str, str], set[int]] = {}
 """Per (ledger, pipeline), the batch ids of attempts that raised in this process, by any
@@ -63,16 +74,28 @@ class PreWrite:
         replay. Under Spark Connect the ``FanOut`` beside the server is built at its first
         batch, after that batch was planned: read as a replay, no row (safe)."""
         self._key = (ledger_key(ledger), pipeline)
-        self._writing = False
+        self._phase: Phase = "entered"
+        self._epoch: int | None = None  # the epoch the guard admitted the batch into
 
     def entering(self) -> None:
-        """A batch enters ``FanOut.__call__``: no write of it began."""
-        self._writing = False
+        """A batch enters ``FanOut.__call__``: nothing of it done yet."""
+        self._phase, self._epoch = "entered", None
+
+    def admitting(self) -> None:
+        """The guard step begins (:mod:`fanout.steps.admit`): a refusal from it is not
+        recorded (a replaced or rolled-back checkpoint, refused again at its replay; a
+        reset's start refused, whose replay a new epoch admits, with no marks there)."""
+        self._phase = "admitting"
+
+    def admitted(self, epoch: int) -> None:
+        """The guard admitted the batch into ``epoch``: a refusal recorded from here on
+        is of that epoch."""
+        self._phase, self._epoch = "admitted", epoch
 
     def writing(self) -> None:
         """The batch reaches the steps that may write to a sink (persist, routes, spool,
         write): from here on its refusal is recorded no more."""
-        self._writing = True
+        self._phase = "writing"
 
     def first_attempt(self, info: BatchInfo) -> bool:
         """Whether ``info`` is certainly its batch's first attempt: Spark planned it
@@ -111,19 +134,24 @@ class PreWrite:
         self, batch_id: int, info: BatchInfo | None, first: bool, error: BaseException
     ) -> None:
         """The attempt of ``batch_id`` leaves ``FanOut.__call__`` with ``error``; ``first``:
-        :meth:`first_attempt`'s answer as it entered. Records the refusal (the ledger's
-        current epoch, which a replay is admitted into) when no write began, the attempt
-        was the batch's first and ``error`` is an ``Exception`` (not an interrupt). A
-        failing record is logged, never raised: the batch's own error goes on (a clean
-        stop stays one)."""
+        :meth:`first_attempt`'s answer as it entered. Records the refusal when it came
+        before the guard step (the ledger's current epoch, which a replay is admitted
+        into) or after it and before any write (the epoch admitted), the attempt was the
+        batch's first and ``error`` is an ``Exception`` (not an interrupt). A failing
+        record is logged, never raised: the batch's own error goes on (a clean stop stays
+        one)."""
         with _raised_lock:
             _raised.setdefault(self._key, set()).add(int(batch_id))
         planned = None if info is None else info.batch_timestamp_ms
-        if self._writing or not first or planned is None or not isinstance(error, Exception):
+        if self._phase not in RECORDED or not first or planned is None:
+            return
+        if not isinstance(error, Exception):
             return
         fields = batch_fields(self.pipeline, batch_id)
         try:
-            epoch = self.ledger.lookup(self.pipeline, ()).epoch
+            epoch = self._epoch
+            if epoch is None:  # before the guard: the epoch a replay is admitted into
+                epoch = self.ledger.lookup(self.pipeline, ()).epoch
             record_refused(self.ledger, self.pipeline, epoch, int(batch_id), planned)
         except Exception as exc:
             log.warning(

@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from fanout import BatchFailedError, CheckpointRollbackError, FanOut, StopRequestedError
+from fanout import (
+    BatchFailedError,
+    CheckpointRollbackError,
+    FanOut,
+    StopRequestedError,
+    TargetLostError,
+)
 from fanout.contract.batch import Batch
 from fanout.contract.sink import SinkResult
 from fanout.errors import LedgerError, SinkWriteError
@@ -166,19 +172,44 @@ def test_a_batch_that_raised_in_another_fan_out_of_this_process_is_a_replay(
     assert _refusals(ledger) == []
 
 
-def test_a_batch_the_guard_refuses_is_recorded(tmp_path: Path) -> None:
-    """Refused inside ``process`` before any write (a rolled-back checkpoint: the ledger
-    holds batch 2, Spark hands batch 1 planned anew): one row, of the ledger's epoch."""
+def test_a_batch_the_guard_refuses_records_nothing(tmp_path: Path) -> None:
+    """Refused by the guard step (a rolled-back checkpoint: the ledger holds batch 2,
+    Spark hands batch 1 planned anew): its replay is refused again, and a refused reset
+    leaves the ledger as it was: no row."""
     ledger = MemoryLedger()
     fan = _fan(tmp_path, ledger)
     for batch in range(3):
         _planned(tmp_path / "cp", batch, _now_ms() + 5)
         fan(Frame(), batch)
-    planned = _planned(tmp_path / "cp", 1, _now_ms() + 5)
+    _planned(tmp_path / "cp", 1, _now_ms() + 5)
     with pytest.raises(CheckpointRollbackError):
         fan(Frame(), 1)
     fan.close()
-    assert _refusals(ledger) == [(0, 1, planned)]
+    assert _refusals(ledger) == []
+
+
+class LostTarget(RecordingSink):
+    """A target that holds no batch: its last marked batch is lost."""
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        return False
+
+
+def test_a_batch_refused_after_the_guard_is_recorded_in_the_epoch_admitted(
+    tmp_path: Path,
+) -> None:
+    """Refused in ``process`` after the guard admitted it, before any write (the run's
+    first batch finds the sink's target lost; ``--accept-lost-target`` then replays it in
+    the same epoch): one row, of the epoch admitted (1, after an accepted reset)."""
+    ledger = MemoryLedger()
+    ledger.start_epoch(LedgerEntry("orders", NO_SINK, 0, "epoch", epoch=1, query_id="q"))
+    ledger.mark_committed(LedgerEntry("orders", "lake", 0, "committed", epoch=1, rows=3))
+    fan = _fan(tmp_path, ledger, LostTarget("lake"))
+    planned = _planned(tmp_path / "cp", 1, _now_ms() + 5)
+    with pytest.raises(TargetLostError):
+        fan(Frame(), 1)
+    fan.close()
+    assert _refusals(ledger) == [(1, 1, planned)]
 
 
 def test_a_refusal_the_ledger_cannot_record_stays_the_refusal(
