@@ -18,11 +18,10 @@ from fanout import FanOut
 from fanout.app.cli import main
 from fanout.steps.context import parse_offset_log
 from tests.integration.streams import (
-    SCHEMA,
+    backlog_pipeline,
     committed_marks,
     delta_rows,
     id_counts,
-    pipeline_file,
     run_stream,
     run_to_end,
     write_input,
@@ -38,12 +37,7 @@ def _sink(data: Path) -> dict[str, str]:
 
 
 def _config(data: Path) -> Path:
-    sink = "[[sinks]]\n" + "".join(f'{k} = "{v}"\n' for k, v in _sink(data).items())
-    text = pipeline_file(data, "stopped", SCHEMA, sink, available_now=True, master="local[2]")
-    config = data / "pipeline.toml"  # one file a batch: Spark begins the next at once
-    per_batch = '\noptions = { maxFilesPerTrigger = 1 }\nschema = "'
-    config.write_text(text.replace('\nschema = "', per_batch))
-    return config
+    return backlog_pipeline(data, "stopped", _sink(data))
 
 
 def _planned_at(checkpoint: Path, batch: int) -> int:
