@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from typing import Any, Literal
 
 from fanout.contract.batch import BatchInfo
@@ -53,9 +54,12 @@ RECORDED: tuple[Phase, ...] = ("entered", "admitted")
 """The phases whose refusal is recorded."""
 
 _raised: dict[tuple[str, str], set[int]] = {}
-"""Per (ledger, pipeline), the batch ids of attempts that raised in this process, by any
-``FanOut``: a later attempt of one of them is a replay (Spark replays a batch that raised),
-whoever runs it."""
+"""Per (ledger location, pipeline), the batch ids of attempts that raised in this process,
+by any ``FanOut``: a later attempt of one of them is a replay (Spark replays a batch that
+raised), whoever runs it."""
+_raised_here: weakref.WeakKeyDictionary[object, dict[str, set[int]]] = weakref.WeakKeyDictionary()
+"""The same for a ledger without a location (in memory), per ledger object: a new one
+never finds another's (gone, its ``id()`` reused)."""
 _raised_lock = threading.Lock()
 
 
@@ -73,7 +77,6 @@ class PreWrite:
         """When this ``FanOut`` was built (epoch ms): a batch Spark planned before is a
         replay. Under Spark Connect the ``FanOut`` beside the server is built at its first
         batch, after that batch was planned: read as a replay, no row (safe)."""
-        self._key = (ledger_key(ledger), pipeline)
         self._phase: Phase = "entered"
         self._epoch: int | None = None  # the epoch the guard admitted the batch into
 
@@ -106,7 +109,16 @@ class PreWrite:
         if planned is None or planned < self.born_ms:
             return False
         with _raised_lock:
-            return info.batch_id not in _raised.get(self._key, set())
+            return info.batch_id not in self._raised()
+
+    def _raised(self) -> set[int]:
+        """This pipeline's batches that raised in this process (caller holds the lock)."""
+        if getattr(self.ledger, "path", None) is None:
+            try:
+                return _raised_here.setdefault(self.ledger, {}).setdefault(self.pipeline, set())
+            except TypeError:  # a ledger object that cannot be weakly referenced or hashed
+                pass
+        return _raised.setdefault((ledger_key(self.ledger), self.pipeline), set())
 
     def context(self, reader: ContextReader, batch_df: Any, batch_id: int) -> BatchInfo | None:
         """The context of a batch refused before fanout read it (the stop gate, a closed
@@ -141,7 +153,7 @@ class PreWrite:
         record is logged, never raised: the batch's own error goes on (a clean stop stays
         one)."""
         with _raised_lock:
-            _raised.setdefault(self._key, set()).add(int(batch_id))
+            self._raised().add(int(batch_id))
         planned = None if info is None else info.batch_timestamp_ms
         if self._phase not in RECORDED or not first or planned is None:
             return

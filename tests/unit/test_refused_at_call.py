@@ -252,3 +252,19 @@ def test_an_interrupt_records_nothing(tmp_path: Path) -> None:
         fan(Frame(), 0)
     fan.close()
     assert _refusals(ledger) == []
+
+
+def test_a_memory_ledgers_raised_batches_are_its_own(tmp_path: Path) -> None:
+    """What raised is remembered per ledger location, or per ledger object for one in
+    memory: by ``id()``, a new memory ledger given a gone one's id would take its batches
+    for replays (no row: a test's refusal unrecorded, at random)."""
+    from fanout.steps import refused
+
+    ledger = MemoryLedger()
+    fan = _fan(tmp_path, ledger, FailingSink("lake", fail_on=(0,)))
+    _planned(tmp_path / "cp", 0, _now_ms() + 5)
+    with pytest.raises(BatchFailedError):
+        fan(Frame(), 0)
+    fan.close()
+    assert refused._raised_here[ledger] == {"orders": {0}}  # held weakly, by the object
+    assert refused.PreWrite(MemoryLedger(), "orders")._raised() == set()
