@@ -5,8 +5,8 @@ batches").
 Spark replays such a batch at the next start with its original planning time, and a
 replay whose sink can no longer tell whether it holds the batch is refused (its first
 attempt may have written it). A batch fanout refused before any write (``fanout run``'s
-clean stop at the stop gate, the checkpoint guard, a lost target, a renamed sink, a closed
-``FanOut``...) was written by nobody: its row lets the replay pass. One row, only when
+clean stop at the stop gate, a closed ``FanOut``, a lost target or a renamed sink at the
+run's first batch...) was written by nobody: its row lets the replay pass. One row, only when
 both hold (else none: the cost of a missing row is a possible false refusal, which is
 safe; a wrong row could let a batch be written twice):
 
