@@ -109,6 +109,7 @@ from fanout.steps.owners import release as release_sinks
 from fanout.steps.persist import prepare_reads
 from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
+from fanout.steps.refused import PreWrite
 from fanout.steps.renamed import Spooled, refuse_renamed, refuse_renamed_at_reset
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
@@ -294,6 +295,7 @@ class FanOut:
         self._admission = Admission(
             self.ledger, on_checkpoint_reset, self._refuse_unmarked, self._lift_fences
         )
+        self._refusals = PreWrite(self.ledger, self.pipeline)  # a batch refused before writing
         self._fenced: list[Sink] = []  # the sinks the last epoch start fenced
         self.secrets: tuple[str, ...] = self._gather_secrets()
         """Every secret this pipeline knows (its locations' passwords and secret query
@@ -852,6 +854,9 @@ class FanOut:
         closes itself before an error leaves this call: its query ends with it."""
         if "_context" not in self.__dict__:  # unpickled: build the pipeline here
             self._build(getattr(batch_df, "sparkSession", None))
+        info: BatchInfo | None = None
+        first = False
+        self._refusals.entering()
         try:
             if (
                 is_connect(batch_df)
@@ -867,12 +872,36 @@ class FanOut:
             self.stop_gate.enter(batch_id)  # refused once a stop was requested
             try:
                 self._refuse_if_closed_here(batch_id)
-                self.process(batch_df, self._context.read(batch_df, batch_id))  # 1. context
+                info = self._context.read(batch_df, batch_id)  # 1. context
+                first = self._first_attempt(info)  # as it enters: a replay check marks it
+                self.process(batch_df, info)
             finally:
                 self.stop_gate.leave()
-        except BaseException:
+        except BaseException as error:
+            self._left_refused(batch_df, batch_id, info, first, error)
             self._close_if_built_here(batch_id)
             raise
+
+    def _first_attempt(self, info: BatchInfo) -> bool:
+        """Whether ``info`` is certainly its batch's first attempt, not a replay (``False``
+        when unsure): only then may its refusal before any write be recorded
+        (:mod:`fanout.steps.refused`). The one place to ask it; with the replay check
+        (docs/proposals/replay-detection.md) this is "not replayed" by its run memory,
+        and not raised before in this process (:meth:`PreWrite.first_attempt`)."""
+        return self._refusals.first_attempt(info)
+
+    def _left_refused(
+        self, batch_df: Any, batch_id: int, info: BatchInfo | None, first: bool,
+        error: BaseException,
+    ) -> None:  # fmt: skip
+        """An attempt leaves :meth:`__call__` with ``error``: record it in the ledger when
+        it was refused before any sink write (:mod:`fanout.ledger.refusals`). A batch
+        refused before its context was read (the stop gate, a closed FanOut) reads its
+        planning time now."""
+        if info is None:
+            info = self._refusals.context(self._context, batch_df, batch_id)
+            first = info is not None and self._first_attempt(info)
+        self._refusals.left(batch_id, info, first, error)
 
     def _close_if_built_here(self, batch_id: int) -> None:
         """Close a ``FanOut`` built from its pickle (:meth:`_build`) whose batch failed or
@@ -999,7 +1028,9 @@ class FanOut:
             self._layouts.start_ahead(df)
         state: BatchState | None = None
         try:
+            self._refusals.admitting()  # a refusal of the guard step: no refused row
             state = self._admission.admit(df, info, self.sinks)  # 2. guard
+            self._refusals.admitted(state.info.epoch)
             return self._process(state)
         finally:
             self._layouts.end_batch(follow=_read_as_given(state, df))
@@ -1263,6 +1294,7 @@ class FanOut:
             state, self.lagging, self.specs, self.catchup, self._record, self.abandoned
         )  # 3b. behind
         self._announce(state)
+        self._refusals.writing()  # from here a sink may write: a refusal is no more recorded
         if state.pending or state.lagging or state.lagged:  # lagged: could not be opened
             try:
                 prepare_reads(

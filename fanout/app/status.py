@@ -32,7 +32,7 @@ from fanout.app.activity import NewestMark, newest_marks, no_mark_yet
 from fanout.app.standing import LEDGER, Problem, problems_footer
 from fanout.contract.locations import command_location, shown_location
 from fanout.errors import LedgerError, batch_ranges, shell_word
-from fanout.ledger.entry import LOST_MARK, as_of_log
+from fanout.ledger.entry import LOST_MARK, OWN_ROWS, as_of_log
 from fanout.ledger.gaps import held_by_skip, mark_weight, release_command, says_skipped
 
 if TYPE_CHECKING:
@@ -385,9 +385,9 @@ def summarize(
         (pipeline, sink): [] for pipeline, sinks in (configured or {}).items() for sink in sinks
     }
     for row in as_of_log(rows):
-        if row["status"] in ("epoch", "recovery", "dead_letter"):
+        if row["status"] in OWN_ROWS:
             # a reset accepted, a `fanout recover` report, a sink's dead-letter target
-            # recorded: not a sink's progress
+            # recorded, a batch refused before any write: not a sink's progress
             continue
         groups.setdefault((row["pipeline"], row["sink"]), []).append(row)
     statuses = []

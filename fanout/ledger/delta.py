@@ -48,6 +48,7 @@ from fanout.errors import (
 )
 from fanout.ledger.entry import (
     MARK_HOLD,
+    OWN_ROWS,
     LedgerEntry,
     LedgerView,
     MaintenanceReport,
@@ -76,6 +77,7 @@ from fanout.ledger.recovery import (
     report_of,
     started_from_app_id,
 )
+from fanout.ledger.refusals import ADMITTED, REFUSED
 from fanout.ledger.target_records import (
     DEAD_LETTER,
     TargetRecord,
@@ -525,6 +527,24 @@ class DeltaLedger:
                     if attempt == COMMIT_ATTEMPTS or cause is None or not is_commit_conflict(cause):
                         raise
 
+    # -- batches refused before any write (fanout.ledger.refusals) ------------------------
+
+    def record_refusal_row(self, entry: LedgerEntry) -> None:
+        """Append a ``refused`` or ``admitted`` row (no transaction), again on the fresh
+        snapshot when delta-rs refuses it (as :meth:`record_failure`)."""
+        if entry.status not in (REFUSED, ADMITTED):
+            raise ValueError("record_refusal_row takes a refused or admitted entry")
+        self._append_row(entry)
+
+    def refusal_rows(self, pipeline: str, epoch: int, batch_id: int) -> list[LedgerEntry]:
+        """The ``refused`` and ``admitted`` rows of one batch of one epoch: a filtered read
+        of the batch's rows (only on a refusal, and on a replay asking about one)."""
+        with self._lock:
+            table = self._fresh()
+        filters: list[Filter] = [("pipeline", "=", pipeline), ("batch_id", "=", batch_id)]
+        rows = entries_from_arrow(read_arrow(table, filters=filters))
+        return [e for e in rows if e.status in (REFUSED, ADMITTED) and e.epoch == epoch]
+
     def _late_mark(
         self, table: DeltaTable, entry: LedgerEntry, version: Callable[[str], int | None]
     ) -> ZombieBatchError | None:
@@ -679,6 +699,11 @@ class DeltaLedger:
         """Append a failed-attempt row (no txn action), again on the fresh snapshot when
         delta-rs refuses it (another writer's compaction of the ledger, planned after
         this snapshot, removed the files it was based on)."""
+        self._append_row(entry)
+
+    def _append_row(self, entry: LedgerEntry) -> None:
+        """Append ``entry`` alone, without a transaction, again on the fresh snapshot when
+        delta-rs refuses it (:meth:`record_failure`)."""
         with self._lock:
             for attempt in range(1, COMMIT_ATTEMPTS + 1):
                 try:
@@ -802,8 +827,8 @@ class DeltaLedger:
 
     def sink_names(self, pipeline: str) -> list[str]:
         """The sinks ``pipeline``'s rows name, sorted: of marks and failures, not of the
-        epochs' and recoveries' own rows. Two columns read, no row made a dict
-        (``fanout ledger skip``'s check of ``--sink``). The same names as :meth:`rows`
+        ledger's own rows (:data:`~fanout.ledger.entry.OWN_ROWS`). Two columns read, no row
+        made a dict (``fanout ledger skip``'s check of ``--sink``). The same names as :meth:`rows`
         gives: the lost marks :func:`~fanout.ledger.entry.as_of_log` leaves out are only
         those whose sink's own mark of the batch stays."""
         import pyarrow as pa
@@ -812,9 +837,7 @@ class DeltaLedger:
         with self._lock:
             table = self._fresh()
         read = read_arrow(table, columns=["sink", "status"], filters=[("pipeline", "=", pipeline)])
-        own = pc.is_in(
-            read.column("status"), value_set=pa.array(["epoch", "recovery", DEAD_LETTER])
-        )
+        own = pc.is_in(read.column("status"), value_set=pa.array(OWN_ROWS))
         names = read.column("sink").filter(pc.invert(own)).unique()
         return sorted(str(name) for name in names.to_pylist())
 

@@ -18,7 +18,16 @@ from fanout.version import __version__
 if TYPE_CHECKING:
     import pyarrow as pa
 
-Status = Literal["committed", "failed", "epoch", "recovery", "dead_letter"]
+Status = Literal["committed", "failed", "epoch", "recovery", "dead_letter", "refused", "admitted"]
+"""A row's status: a sink's mark (``committed``) or failed attempt (``failed``), or one of
+the ledger's own rows (:data:`OWN_ROWS`)."""
+
+OWN_ROWS: tuple[Status, ...] = ("epoch", "recovery", "dead_letter", "refused", "admitted")
+"""The statuses of the ledger's own rows, of no sink's progress: an epoch's start or claim,
+a ``fanout recover`` report (:mod:`fanout.ledger.recovery`), a sink's dead-letter target
+(:mod:`fanout.ledger.target_records`), a batch refused before any write and a replay of it
+admitted (:mod:`fanout.ledger.refusals`). ``fanout status`` and the sinks' names leave them
+out; each other reader reads the statuses it wants."""
 
 
 def pipeline_app_id(pipeline: str, epoch: int = 0) -> str:
@@ -314,6 +323,17 @@ class Ledger(Protocol):
         """Per epoch of the pipeline, the streaming query id it belongs to (see
         :func:`epoch_owners`); epochs without a known query id are left out. A scan: the
         checkpoint guard reads it once per start and when the epoch changes."""
+
+    def record_refusal_row(self, entry: LedgerEntry) -> None:
+        """Append ``entry``, a ``refused`` or ``admitted`` row (no transaction; anything
+        else: ``ValueError``): a batch refused before any sink wrote it, a replay of it
+        admitted (:mod:`fanout.ledger.refusals`, which alone writes them). Only on refusals
+        and on such replays."""
+
+    def refusal_rows(self, pipeline: str, epoch: int, batch_id: int) -> list[LedgerEntry]:
+        """The ``refused`` and ``admitted`` rows of one batch of one epoch
+        (:mod:`fanout.ledger.refusals`, which alone reads them): a read of the batch's
+        rows, only on a refusal and on a replay asking about one."""
 
 
 class MarkHold(Protocol):

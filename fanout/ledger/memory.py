@@ -17,6 +17,7 @@ from fanout.ledger.entry import (
     replaces_lost,
 )
 from fanout.ledger.gaps import is_skip, written_beside_skip
+from fanout.ledger.refusals import ADMITTED, REFUSED
 from fanout.ledger.target_records import TargetRecord, since_code, target_digest
 
 
@@ -128,6 +129,19 @@ class MemoryLedger:
         """Keep the failed attempt."""
         with self._lock:
             self.entries.append(entry)
+
+    def record_refusal_row(self, entry: LedgerEntry) -> None:
+        """Keep a ``refused`` or ``admitted`` row (:mod:`fanout.ledger.refusals`)."""
+        if entry.status not in (REFUSED, ADMITTED):
+            raise ValueError("record_refusal_row takes a refused or admitted entry")
+        with self._lock:
+            self.entries.append(entry)
+
+    def refusal_rows(self, pipeline: str, epoch: int, batch_id: int) -> list[LedgerEntry]:
+        """The ``refused`` and ``admitted`` rows of one batch of one epoch."""
+        with self._lock:
+            return [e for e in self.entries if e.pipeline == pipeline and e.epoch == epoch
+                    and e.batch_id == batch_id and e.status in (REFUSED, ADMITTED)]  # fmt: skip
 
     def dead_letter_marks(self, pipeline: str, sinks: Sequence[str]) -> dict[str, tuple[int, int]]:
         """Per sink with a recorded dead-letter target: its last one's digest and first

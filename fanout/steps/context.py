@@ -187,6 +187,12 @@ class ContextReader:
         """The checkpoint of query ``query_id``, when given or already looked up."""
         return self.checkpoint_location or self._found.get(query_id or "")
 
+    def known_location(self) -> str | None:
+        """The checkpoint, when given, or looked up for the one query whose batches this
+        reader read; ``None`` otherwise. Asks Spark nothing."""
+        found = {location for location in self._found.values() if location is not None}
+        return self.checkpoint_location or (found.pop() if len(found) == 1 else None)
+
     def read(self, batch_df: Any, batch_id: int) -> BatchInfo:
         """Pipeline, batch id, query id, source offsets and planning time of the batch."""
         query_id = query_id_of(batch_df)

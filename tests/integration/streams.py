@@ -41,6 +41,18 @@ def pipeline_file(
     return f"{text}\n{sinks}"
 
 
+def backlog_pipeline(data: Path, name: str, sink: dict[str, str]) -> Path:
+    """``data/pipeline.toml``: pipeline ``name`` (:func:`pipeline_file`, available now, on
+    ``local[2]``) reading one input file a batch into the one ``sink`` (its options, all
+    strings): with several files waiting, Spark begins the next batch as soon as one ends."""
+    table = "[[sinks]]\n" + "".join(f'{k} = "{v}"\n' for k, v in sink.items())
+    text = pipeline_file(data, name, SCHEMA, table, available_now=True, master="local[2]")
+    config = data / "pipeline.toml"
+    per_batch = '\noptions = { maxFilesPerTrigger = 1 }\nschema = "'
+    config.write_text(text.replace('\nschema = "', per_batch))
+    return config
+
+
 def bronze_pipeline(data: Path) -> str:
     """:func:`pipeline_file` of pipeline ``clicks``, run available now, writing the
     input of :data:`SCHEMA` into the Delta sink ``bronze`` at ``data/bronze``."""

@@ -24,11 +24,10 @@ from typing import Any
 
 from fanout import FanOut, is_stop_refusal
 from tests.integration.streams import (
-    SCHEMA,
+    backlog_pipeline,
     committed_marks,
     delta_rows,
     id_counts,
-    pipeline_file,
     run_to_end,
     write_input,
 )
@@ -43,12 +42,7 @@ def _sink(data: Path) -> dict[str, str]:
 
 
 def _config(data: Path) -> Path:
-    sink = "[[sinks]]\n" + "".join(f'{k} = "{v}"\n' for k, v in _sink(data).items())
-    text = pipeline_file(data, "backlog", SCHEMA, sink, available_now=True, master="local[2]")
-    config = data / "pipeline.toml"  # one file a batch: a backlog of FILES batches
-    per_batch = '\noptions = { maxFilesPerTrigger = 1 }\nschema = "'
-    config.write_text(text.replace('\nschema = "', per_batch))
-    return config
+    return backlog_pipeline(data, "backlog", _sink(data))  # a backlog of FILES batches
 
 
 def _signalled_run(config: Path, batch: int, point: str) -> tuple[int, str]:

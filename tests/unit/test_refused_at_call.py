@@ -1,0 +1,270 @@
+"""A batch a ``FanOut`` refused before any sink wrote it leaves one ``refused`` ledger row
+as the refusal leaves ``FanOut.__call__`` (``fanout.steps.refused``), and only then: not
+for a batch a sink began writing, not for a replay (planned before the ``FanOut`` was born,
+or an attempt of a batch that raised before in this process), not when the planning time
+is unknown; never a row on a batch that passes. A failing record leaves the refusal as it
+was. The checkpoint is a directory with Spark's ``offsets/N`` files, as Spark writes them;
+the ledger is the memory one (the Delta ledger's rows: ``test_refusals.py``, and a real
+``fanout run`` stopped: ``tests/integration/test_stop_records_refusal.py``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fanout import (
+    BatchFailedError,
+    CheckpointRollbackError,
+    FanOut,
+    StopRequestedError,
+    TargetLostError,
+)
+from fanout.contract.batch import Batch
+from fanout.contract.sink import SinkResult
+from fanout.errors import LedgerError, SinkWriteError
+from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.memory import MemoryLedger
+from fanout.ledger.refusals import NO_SINK, REFUSED, refused_unwritten
+from fanout.testing import RecordingSink
+from tests.unit.fakes import FakeFrame
+
+
+class Frame(FakeFrame):
+    """A batch DataFrame with no Spark session: the context is read from the checkpoint
+    directory given to the ``FanOut`` (as under Spark Connect, with pyarrow)."""
+
+    sparkSession = None
+
+
+class FailingSink(RecordingSink):
+    """Fails the batches in ``fail_on``."""
+
+    def __init__(self, name: str, fail_on: tuple[int, ...]) -> None:
+        super().__init__(name)
+        self.fail_on = fail_on
+
+    def write(self, batch: Batch) -> SinkResult:
+        if batch.batch_id in self.fail_on:
+            raise SinkWriteError("refused by the test", sink=self.name, batch_id=batch.batch_id)
+        return super().write(batch)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _planned(checkpoint: Path, batch: int, at_ms: int) -> int:
+    """Spark's ``offsets/<batch>`` of a file source, planned at ``at_ms``."""
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    (checkpoint / "offsets" / str(batch)).write_text(
+        f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{at_ms},"conf":{{}}}}\n'
+        f'{{"logOffset":{batch}}}'
+    )
+    return at_ms
+
+
+def _fan(tmp_path: Path, ledger: MemoryLedger, sink: RecordingSink | None = None) -> FanOut:
+    return FanOut("orders", ledger, [sink or RecordingSink("lake")], retries=0,
+                  checkpoint_location=str(tmp_path / "cp"))  # fmt: skip
+
+
+def _refusals(ledger: MemoryLedger) -> list[tuple[int, int, int | None]]:
+    return [(e.epoch, e.batch_id, e.batch_timestamp_ms) for e in ledger.entries
+            if e.status == REFUSED]  # fmt: skip
+
+
+def test_a_batch_the_stop_gate_refuses_is_recorded_once_with_its_planning_time(
+    tmp_path: Path,
+) -> None:
+    ledger = MemoryLedger()
+    fan = _fan(tmp_path, ledger)
+    fan(Frame(), 0)  # written: no row
+    planned = _planned(tmp_path / "cp", 1, _now_ms() + 5)
+    fan.request_stop()
+    with pytest.raises(StopRequestedError):
+        fan(Frame(), 1)
+    assert _refusals(ledger) == [(0, 1, planned)]
+    [row] = [e for e in ledger.entries if e.status == REFUSED]
+    assert (row.sink, row.attempt, row.query_id, row.error) == (NO_SINK, 1, None, None)
+    assert refused_unwritten(ledger, "orders", 0, 1, planned)
+    with pytest.raises(StopRequestedError):  # refused again in this process: a replay
+        fan(Frame(), 1)
+    assert _refusals(ledger) == [(0, 1, planned)]
+    fan.close()
+
+
+def test_a_batch_that_passes_reads_and_writes_no_refusal(tmp_path: Path) -> None:
+    """Zero cost on the normal path: no refusal row read or written."""
+    asked: list[int] = []
+
+    class Counting(MemoryLedger):
+        def refusal_rows(self, pipeline: str, epoch: int, batch_id: int) -> list[LedgerEntry]:
+            asked.append(batch_id)
+            return super().refusal_rows(pipeline, epoch, batch_id)
+
+    ledger = Counting()
+    fan = _fan(tmp_path, ledger)
+    for batch in range(3):
+        _planned(tmp_path / "cp", batch, _now_ms() + 5)
+        fan(Frame(), batch)
+    fan.close()
+    assert asked == [] and _refusals(ledger) == []
+
+
+def test_a_replay_refused_by_the_stop_gate_records_nothing(tmp_path: Path) -> None:
+    """Planned before this FanOut was born: its earlier attempt may have written."""
+    ledger = MemoryLedger()
+    _planned(tmp_path / "cp", 0, _now_ms() - 60_000)
+    fan = _fan(tmp_path, ledger)
+    fan.request_stop()
+    with pytest.raises(StopRequestedError):
+        fan(Frame(), 0)
+    fan.close()
+    assert _refusals(ledger) == []
+
+
+def test_a_batch_of_unknown_planning_time_records_nothing(tmp_path: Path) -> None:
+    ledger = MemoryLedger()
+    fan = _fan(tmp_path, ledger)  # no offsets/0: the planning time cannot be read
+    fan.request_stop()
+    with pytest.raises(StopRequestedError):
+        fan(Frame(), 0)
+    fan.close()
+    assert _refusals(ledger) == []
+
+
+def test_a_batch_a_sink_failed_and_then_refused_records_nothing(tmp_path: Path) -> None:
+    """A sink's write began: no row; its next attempt in this process (the query restarted
+    in-process on the same FanOut) is a replay, refused by the stop gate: no row either."""
+    ledger = MemoryLedger()
+    fan = _fan(tmp_path, ledger, FailingSink("lake", fail_on=(0,)))
+    _planned(tmp_path / "cp", 0, _now_ms() + 5)
+    with pytest.raises(BatchFailedError):
+        fan(Frame(), 0)
+    assert _refusals(ledger) == []
+    fan.request_stop()
+    with pytest.raises(StopRequestedError):
+        fan(Frame(), 0)
+    fan.close()
+    assert _refusals(ledger) == []
+
+
+def test_a_batch_that_raised_in_another_fan_out_of_this_process_is_a_replay(
+    tmp_path: Path,
+) -> None:
+    """Two FanOuts of one pipeline and ledger built before the batch was planned (the
+    first's write failed): the second's refusal of the replay records nothing."""
+    ledger = MemoryLedger()
+    first = _fan(tmp_path, ledger, FailingSink("lake", fail_on=(0,)))
+    second = _fan(tmp_path, ledger, RecordingSink("lake"))
+    _planned(tmp_path / "cp", 0, _now_ms() + 5)
+    with pytest.raises(BatchFailedError):
+        first(Frame(), 0)
+    first.close()
+    second.request_stop()
+    with pytest.raises(StopRequestedError):
+        second(Frame(), 0)
+    second.close()
+    assert _refusals(ledger) == []
+
+
+def test_a_batch_the_guard_refuses_records_nothing(tmp_path: Path) -> None:
+    """Refused by the guard step (a rolled-back checkpoint: the ledger holds batch 2,
+    Spark hands batch 1 planned anew): its replay is refused again, and a refused reset
+    leaves the ledger as it was: no row."""
+    ledger = MemoryLedger()
+    fan = _fan(tmp_path, ledger)
+    for batch in range(3):
+        _planned(tmp_path / "cp", batch, _now_ms() + 5)
+        fan(Frame(), batch)
+    _planned(tmp_path / "cp", 1, _now_ms() + 5)
+    with pytest.raises(CheckpointRollbackError):
+        fan(Frame(), 1)
+    fan.close()
+    assert _refusals(ledger) == []
+
+
+class LostTarget(RecordingSink):
+    """A target that holds no batch: its last marked batch is lost."""
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        return False
+
+
+def test_a_batch_refused_after_the_guard_is_recorded_in_the_epoch_admitted(
+    tmp_path: Path,
+) -> None:
+    """Refused in ``process`` after the guard admitted it, before any write (the run's
+    first batch finds the sink's target lost; ``--accept-lost-target`` then replays it in
+    the same epoch): one row, of the epoch admitted (1, after an accepted reset)."""
+    ledger = MemoryLedger()
+    ledger.start_epoch(LedgerEntry("orders", NO_SINK, 0, "epoch", epoch=1, query_id="q"))
+    ledger.mark_committed(LedgerEntry("orders", "lake", 0, "committed", epoch=1, rows=3))
+    fan = _fan(tmp_path, ledger, LostTarget("lake"))
+    planned = _planned(tmp_path / "cp", 1, _now_ms() + 5)
+    with pytest.raises(TargetLostError):
+        fan(Frame(), 1)
+    fan.close()
+    assert _refusals(ledger) == [(1, 1, planned)]
+
+
+def test_a_refusal_the_ledger_cannot_record_stays_the_refusal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The row's append fails: the batch's own error goes on (a clean stop stays one),
+    logged with what the cost is and the way on."""
+
+    class Broken(MemoryLedger):
+        def record_refusal_row(self, entry: LedgerEntry) -> None:
+            raise LedgerError("cannot write to the ledger at /x: store unreachable")
+
+    ledger = Broken()
+    fan = _fan(tmp_path, ledger)
+    _planned(tmp_path / "cp", 0, _now_ms() + 5)
+    fan.request_stop()
+    with caplog.at_level(logging.WARNING), pytest.raises(StopRequestedError):
+        fan(Frame(), 0)
+    fan.close()
+    assert _refusals(ledger) == []
+    [warning] = [r.getMessage() for r in caplog.records if "could not record" in r.getMessage()]
+    assert warning.startswith(
+        "pipeline orders, batch 0: refused before any sink wrote it, but the ledger could not "
+        "record so (LedgerError: cannot write to the ledger at /x: store unreachable)"
+    ), warning
+    assert "`--accept-lost-target <sink>`" in warning
+
+
+def test_an_interrupt_records_nothing(tmp_path: Path) -> None:
+    """Not an Exception (Ctrl-C inside the call, here in the guard's step): no row."""
+    ledger = MemoryLedger()
+    fan = _fan(tmp_path, ledger)
+    _planned(tmp_path / "cp", 0, _now_ms() + 5)
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    fan._admission.admit = interrupt  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        fan(Frame(), 0)
+    fan.close()
+    assert _refusals(ledger) == []
+
+
+def test_a_memory_ledgers_raised_batches_are_its_own(tmp_path: Path) -> None:
+    """What raised is remembered per ledger location, or per ledger object for one in
+    memory: by ``id()``, a new memory ledger given a gone one's id would take its batches
+    for replays (no row: a test's refusal unrecorded, at random)."""
+    from fanout.steps import refused
+
+    ledger = MemoryLedger()
+    fan = _fan(tmp_path, ledger, FailingSink("lake", fail_on=(0,)))
+    _planned(tmp_path / "cp", 0, _now_ms() + 5)
+    with pytest.raises(BatchFailedError):
+        fan(Frame(), 0)
+    fan.close()
+    assert refused._raised_here[ledger] == {"orders": {0}}  # held weakly, by the object
+    assert refused.PreWrite(MemoryLedger(), "orders")._raised() == set()
