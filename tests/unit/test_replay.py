@@ -306,3 +306,23 @@ def test_an_unpickled_fanout_is_born_when_unpickled_not_when_built_at_its_first_
     copy.close()
     assert born is not None and unpickled is not None and unpickled > born
     assert copy._runs.born_ms == unpickled
+
+
+def test_a_lag_sink_lags_with_the_refusal_while_the_others_write(tmp_path: Path) -> None:
+    from fanout.sink_spec import LagPolicy, SinkSpec
+    from tests.unit.fakes import SchemaFrame
+
+    k, good = Unsure("k"), ScriptedSink("good")
+    fan = FanOut("p", _marked("k", "good"), [good, SinkSpec(k, lag=LagPolicy("lag"))],
+                 retries=0, backoff_s=0, spool=str(tmp_path / "spool"),
+                 probe_interval_s=3600)  # fmt: skip
+    fan.catchup.stop()  # nothing to catch up: the sink is lost for the run
+    try:
+        fan.process(SchemaFrame([10, 11]), _info(1, 1_000))
+        assert good.calls == [(1, 1)] and k.calls == []
+        lag = fan.lagging.lags()["k"]
+        assert "batch 1 of epoch 0 is a replay" in (lag.error or "")
+        assert "with on_failure='lag' it lags, its batches wait in the spool" in (lag.error or "")
+        assert fan.ledger.failed_batches("p", 0, 0) == [1]
+    finally:
+        fan.close()
