@@ -116,6 +116,7 @@ class DeltaSink(Sink):
         "batch_partitioning": "engine=rs, mode=append, executors write",
         "shares_tasks": "engine=rs, mode=append, executors write",
         "backfill_source": "mode=append",
+        "records_gone": "mode=append",
         "harmless_rewrite": "mode=merge, no dead_letter",
     }
     read_only_check: ClassVar[bool] = True  # open() reads the table only; creates nothing

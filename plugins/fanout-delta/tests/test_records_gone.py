@@ -19,12 +19,12 @@ from deltacheck import ids
 from deltalake import write_deltalake
 from fanout_delta import DeltaSink
 
-from fanout import BatchFailedError, BatchInfo, FanOut, SinkRecordsGoneError, hookimpl
+from fanout import BatchFailedError, BatchInfo, FanOut, SinkRecordsGoneError
 from fanout.contract.sink import SinkContext
 from fanout.delta_tables.retention import PROPERTY
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
-from fanout.testing.faults import DieAfterWrite, DriverKilled
+from fanout.testing.faults import DieAfterWrite, DieBeforeWrites, DriverKilled
 
 pytestmark = pytest.mark.integration
 
@@ -110,24 +110,11 @@ def test_an_empty_replay_passes(spark: Any, tmp_path: Path) -> None:
     assert ledger.last_committed("gonedelta", ["silver"]) == {"silver": 2}
 
 
-class DieAtStart:
-    """Kills the driver as batch ``batch_id`` starts, before any sink writes it."""
-
-    def __init__(self, batch_id: int) -> None:
-        self.batch_id = batch_id
-
-    @hookimpl
-    def fanout_batch_start(self, info: BatchInfo, pending: Any, skipped: Any) -> None:
-        """Die before the writes."""
-        if info.batch_id == self.batch_id:
-            raise DriverKilled(f"killed as batch {info.batch_id} started")
-
-
 def test_an_accepted_sink_writes_the_replay_its_table_lacks(spark: Any, tmp_path: Path) -> None:
     """Killed before the write: the table lacks batch 1, which the sink cannot tell once
     its transactions expired (refused, a true ambiguity); the operator checked and
     accepts: written once."""
-    planned = _killed_in_batch_1(tmp_path, spark, DieAtStart(1))
+    planned = _killed_in_batch_1(tmp_path, spark, DieBeforeWrites(1))
     assert ids(tmp_path / "silver") == [0, 1, 2]
     refused = _fan(tmp_path)
     with pytest.raises(SinkRecordsGoneError):

@@ -18,10 +18,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kafkatools import Broker, create_topic, key_counts, read_topic
 
-from fanout import BatchInfo, FanOut, SinkRecordsGoneError, hookimpl
+from fanout import BatchInfo, FanOut, SinkRecordsGoneError
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.gaps import skip_batches
-from fanout.testing.faults import DieAfterWrite, DriverKilled
+from fanout.testing.faults import DieAfterWrite, DieBeforeWrites, DriverKilled
 
 pytestmark = pytest.mark.integration
 
@@ -98,19 +98,6 @@ def test_markers_deleted_after_an_unmarked_batch_refuse_its_replay(
     assert key_counts(read_topic(kafka.bootstrap, topic, 9, timeout=15, idle=3.0)) == after
 
 
-class DieAtStart:
-    """Kills the driver as batch ``batch_id`` starts, before any sink writes it."""
-
-    def __init__(self, batch_id: int) -> None:
-        self.batch_id = batch_id
-
-    @hookimpl
-    def fanout_batch_start(self, info: BatchInfo, pending: Any, skipped: Any) -> None:
-        """Die before the writes."""
-        if info.batch_id == self.batch_id:
-            raise DriverKilled(f"killed as batch {info.batch_id} started")
-
-
 def test_a_pipelines_first_batch_replayed_on_a_topic_created_beforehand_is_written(
     spark: Any, kafka: Broker, tmp_path: Path
 ) -> None:
@@ -121,7 +108,9 @@ def test_a_pipelines_first_batch_replayed_on_a_topic_created_beforehand_is_writt
     create_topic(kafka.bootstrap, topic, 2)
     planned = _now()
     with pytest.raises(DriverKilled):
-        _write(kafka, topic, pipeline, spark, 0, tmp_path, planned, DieAtStart(0), create=False)
+        _write(
+            kafka, topic, pipeline, spark, 0, tmp_path, planned, DieBeforeWrites(0), create=False
+        )
 
     _write(kafka, topic, pipeline, spark, 0, tmp_path, planned, create=False)  # the replay
     assert key_counts(read_topic(kafka.bootstrap, topic, 3, timeout=15, idle=3.0)) == {
