@@ -9,6 +9,7 @@ after a ``False``, refuse nothing more than before). The sink's ``min_txn_retent
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -98,10 +99,15 @@ def _iso(ms: int) -> str:
     return text.replace("+00:00", "Z")
 
 
-def test_an_empty_replay_passes(spark: Any, tmp_path: Path) -> None:
+def test_an_empty_replay_passes(spark: Any, tmp_path: Path, caplog: Any) -> None:
     planned = _killed_in_batch_1(tmp_path, spark, rows=0)
     replay = _fan(tmp_path)
-    _write(replay, spark, 1, planned, rows=0)
+    with caplog.at_level(logging.INFO, logger="fanout"):
+        _write(replay, spark, 1, planned, rows=0)
+    assert any(
+        "batch 1: a replay that silver cannot tell it holds, but it holds no row" in r.getMessage()
+        for r in caplog.records
+    )
     _write(replay, spark, 2, _now())
     replay.close()
     assert ids(tmp_path / "silver") == [0, 1, 2, 20, 21, 22]
