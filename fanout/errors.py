@@ -196,8 +196,9 @@ class SinkRecordsGoneError(TargetLostError):
     :meth:`fanout.Sink.holds_batch` reads: PostgreSQL's ``state_schema`` tables, Kafka's
     marker records, Delta's app transactions) are gone while its target still holds rows
     (:meth:`fanout.Sink.records_gone` says what): it cannot tell which batches the target
-    holds, so a replay could write one a second time. Raised at a run's first batch or a
-    new epoch's start, before anything is written, naming the sink, the batch, what is
+    holds, so a replay could write one a second time. Raised at a run's first batch, a
+    new epoch's start, or a batch Spark replays that the sink cannot tell it holds
+    (:mod:`fanout.steps.replay`), before anything is written, naming the sink, the batch, what is
     gone and the ways on (not for a sink whose :meth:`fanout.Sink.harmless_rewrite` gives a
     reason: it writes on, warned); handled as a :class:`TargetLostError`
     (``on_failure="lag"``, ``accept_lost_targets``)."""

@@ -56,6 +56,7 @@ from fanout.errors import (
     ConfigurationError,
     FanoutError,
     RenamedSinkError,
+    SinkRecordsGoneError,
     SinksBehindError,
     SinkUnreachableError,
     TargetLostError,
@@ -64,7 +65,7 @@ from fanout.errors import (
 from fanout.hooks.caller import HookCaller
 from fanout.hooks.registry import load_registry, resolve_plugins
 from fanout.ledger.delta import DeltaLedger
-from fanout.ledger.entry import Ledger, ledger_key, ledger_location
+from fanout.ledger.entry import Ledger, ledger_key, ledger_location, now_utc
 from fanout.observe.logs import batch_fields, register_secrets
 from fanout.observe.secrets import (
     location_secrets,
@@ -111,6 +112,13 @@ from fanout.steps.plan import plan
 from fanout.steps.record import Recorder
 from fanout.steps.refused import PreWrite
 from fanout.steps.renamed import Spooled, refuse_renamed, refuse_renamed_at_reset
+from fanout.steps.replay import (
+    ReplayCheck,
+    RunMemory,
+    batch_call,
+    refuse_unproven_replay,
+    warn_built_in_batch,
+)
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.source_fit import refuse_unfit
@@ -222,6 +230,11 @@ class FanOut:
         pipeline_file: str | None = None,
         accept_lost_targets: Collection[str] = (),
     ) -> None:
+        # first: a batch planned before this moment is a replay of an earlier run's; one
+        # unpickled (Spark Connect) was born when the server's worker loaded it
+        fresh = "_runs" not in self.__dict__
+        if fresh:
+            self._runs = RunMemory.now()
         ledger = os.fspath(ledger) if isinstance(ledger, os.PathLike) else ledger
         spool = os.fspath(spool) if isinstance(spool, os.PathLike) else spool
         # a password in a location is masked in every redacting log handler and error, as
@@ -330,6 +343,9 @@ class FanOut:
         except BaseException:
             self._release_start()
             raise
+        if fresh and (inside := batch_call(self._spark)) is not None:
+            self._runs.born_ms = None  # after its run planned the batch: its own attempts only
+            warn_built_in_batch(self.pipeline, inside)
 
     def _start(self, spark: Any, probe_interval_s: float) -> None:
         """Open the ledger and the sinks, and start what runs beside the batches: the
@@ -829,7 +845,11 @@ class FanOut:
         return {"_recipe": self._recipe}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)  # built on the first batch, with its session
+        """The recipe, built on the first batch with its session; born now (under Spark
+        Connect the server's worker unpickles it at the query's setup, before the run
+        plans a batch: :mod:`fanout.steps.replay`)."""
+        self.__dict__.update(state)
+        self._runs = RunMemory.now()
 
     def _build(self, spark: Any) -> None:
         recipe = self._recipe
@@ -1024,6 +1044,7 @@ class FanOut:
         :class:`fanout.CheckpointRollbackError` when it was rolled back and
         :class:`fanout.BatchFailedError` when any sink failed after its retries.
         """
+        info = self._runs.told(info)  # replayed: fanout.steps.replay
         if self.share_tasks:  # the shared job's scan starts now, beside the steps below
             self._layouts.start_ahead(df)
         state: BatchState | None = None
@@ -1280,6 +1301,8 @@ class FanOut:
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         self._check_targets(state)  # 2b. once per run
         plan(state, self.ledger, self.sinks)  # 3. plan
+        self._refuse_unproven_replay(state)  # 3c. on a replayed batch only
+        self._runs.writing(state.info)
         if self.lagging.sinks:  # admitted: Spark committed every batch of its epoch before it
             self._saw_batch(state.info)
         refuse_gaps(
@@ -1330,7 +1353,50 @@ class FanOut:
         if self.lagging.sinks:
             self.catchup.start()
             self.catchup.wake()
-        return self._report(state)
+        results = self._report(state)
+        self._runs.completed(state.info)
+        return results
+
+    def _refuse_unproven_replay(self, state: BatchState) -> None:
+        """Step 3c: refuse a replayed batch to a pending sink that cannot tell whether it
+        holds it while its own records are gone (:mod:`fanout.steps.replay`); one with
+        ``on_failure="lag"`` lags with the refusal instead (:meth:`Lagging.lose`: the
+        hold-back takes it out of the batch, which is spooled for it)."""
+        if not state.info.replayed:
+            return
+        unasked = self.lagging.unasked()
+        opened = {n: s for n, s in self.sinks.items() if n not in unasked}
+        timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
+        check = ReplayCheck(
+            self._runs,
+            accepted=self._accept_lost,
+            lags=[n for n in opened if self.specs[n].lag.lags],
+            ledger=ledger_location(self.ledger),
+            pipeline_file=self.pipeline_file,
+            spool=None if self.spool is None else command_location(self.spool.path),
+            refused_before_writing=partial(self._refused_before_writing, state),
+            admitted=partial(self._admit_refused_replay, state),
+        )
+        try:
+            lost = refuse_unproven_replay(state, opened, timeouts, check)
+        except SinkRecordsGoneError as refused:  # the batch ran: its skip may name it
+            name, epoch = str(refused.sink), state.info.epoch
+            batch = Batch(state.df, state.info, name, txn_app_id(self.pipeline, name, epoch))
+            self._record.failed(batch, 1, now_utc(), 0.0, refused)
+            raise
+        self._lose(lost)
+
+    def _refused_before_writing(self, state: BatchState) -> bool:
+        """Whether fanout itself refused the replayed batch's earlier attempt before any
+        sink wrote it (a clean stop's StopRequestedError, a pre-write refusal): nothing of
+        it was written, so its replay passes."""
+        return False  # fanout.ledger.refusals.refused_unwritten(...) once it exists
+
+    def _admit_refused_replay(self, state: BatchState) -> None:
+        """The replay passes because its earlier attempt was refused before writing: say
+        so in the ledger before its first write, so a later attempt killed after writing
+        does not pass behind that old refusal."""
+        # fanout.ledger.refusals.record_admitted(...) once it exists
 
     def start_catch_up(self, query: Any) -> str | None:
         """Start the catch-up thread now, beside the just started ``query``, instead of

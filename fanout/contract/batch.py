@@ -82,6 +82,14 @@ class BatchInfo:
     :param batch_timestamp_ms: when Spark planned the batch (``batchTimestampMs`` of
         ``offsets/<batch_id>``); a crash replay keeps it, a re-planned batch gets a new
         one. ``None`` when unreadable.
+    :param replayed: whether Spark runs the batch again, an earlier attempt of it having
+        begun and not completed (a run killed or stopped in it; another attempt may have
+        written it to a sink and not marked it there): ``True``, ``False``, or ``None``
+        when it cannot be told (no planning time). :meth:`fanout.FanOut.process` sets it
+        (:mod:`fanout.steps.replay`: planned before the ``FanOut`` was built, or an
+        attempt of it this ``FanOut`` entered did not complete); a caller who knows passes
+        it, and it is kept. A replay is refused to a sink that cannot tell whether it holds
+        it while its own records are gone (docs/architecture.md §5).
     """
 
     pipeline: str
@@ -90,6 +98,7 @@ class BatchInfo:
     source_offsets: list[Any] | None = None
     epoch: int = 0
     batch_timestamp_ms: int | None = None
+    replayed: bool | None = None
 
 
 class SharedArrow:

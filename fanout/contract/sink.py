@@ -594,7 +594,13 @@ class Sink:
         target can be deleted apart from it (an operator cleaning "internal" tables, a
         database restored from a dump taken without them, a log's retention), and then
         ``False`` would accuse the target of being created again empty, and, for a batch
-        written after that mark and never marked, let its replay write it a second time. A
+        written after that mark and never marked, let its replay write it a second time.
+        And at a batch Spark replays (its earlier attempt may have written it and died
+        before the mark: :mod:`fanout.steps.replay`), about the sink's mark in the epoch,
+        once :meth:`holds_batch` said ``None`` about the replayed batch: a reason there
+        refuses that batch, since the sink cannot tell whether its target holds it (a sink
+        whose records expire, and whose ``holds_batch`` answers ``None`` for an idle
+        pipeline's restart, says here that they went). A
         reason refuses the run with :class:`fanout.SinkRecordsGoneError` quoting it (not
         "created again empty"; a sink with ``on_failure="lag"`` lags with it;
         ``accept_lost_targets`` accepts it and writes on; one whose

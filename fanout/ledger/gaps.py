@@ -197,9 +197,11 @@ def skip_batches(
     (default: the pipeline's current epoch) after its mark, through ``through``.
 
     Refuses (:class:`fanout.ConfigurationError`) a batch no sink of the pipeline has
-    committed in that epoch, unless a failed attempt's row names a later batch (Spark ran
-    the batches before it: a gap's refusal records one when no sink marked the batch before
-    it, a ledger restored from an older copy): the acknowledgement is of batches that ran,
+    committed in that epoch, unless a failed attempt's row names it or a later batch (Spark
+    ran it and the batches before it: a gap's refusal records one when no sink marked the
+    batch before it, a ledger restored from an older copy; a replay's refusal records one
+    for the batch it refused, which the sink's target may hold: :mod:`fanout.steps.replay`):
+    the acknowledgement is of batches that ran,
     never of future ones (a mark past the pipeline's high-water mark would make the checkpoint guard
     refuse the next batch as a rolled-back checkpoint).
 
@@ -249,12 +251,13 @@ def skip_batches(
         if backfill_held and not give_up_backfill:
             _refuse_backfill(pipeline, sink, backfill_from, epoch, before, through, backfill_held)
     same = [e for e in ledger.committed_entries(pipeline, through, epoch) if e.sink != sink]
-    if not same and not ledger.failed_batches(pipeline, through + 1, epoch):
+    if not same and not ledger.failed_batches(pipeline, through, epoch):
         raise ConfigurationError(
             f"pipeline {pipeline!r}, sink {sink!r}: no other sink of the pipeline committed "
             f"batch {through} of epoch {epoch} or a later one, and no failed attempt names "
-            "a later batch; skip only batches that ran, through the batch before the one "
-            "refused"
+            "it or a later batch; skip only batches that ran, through the batch before the "
+            "one refused (or the replayed batch refused because the sink cannot tell whether "
+            "it holds it, when it does)"
         )
     plan = next((e for e in same if e.batch_id == through), None)
     first = 0 if before is None else before + 1

@@ -36,13 +36,15 @@ if "pytest" in sys.modules:  # under pytest: a failed check of the conformance s
 
 class ArrowFrame:
     """A stand-in for a Spark DataFrame holding an Arrow table (``toArrow``, ``persist``,
-    ``unpersist``, ``count``), counting calls thread-safely (sinks run in parallel)."""
+    ``unpersist``, ``count``, ``isEmpty``), counting calls thread-safely (sinks run in
+    parallel)."""
 
     def __init__(self, table: Any) -> None:
         self.table = table
         self.to_arrow_calls = 0
         self.persist_calls = 0
         self.unpersist_calls = 0
+        self.is_empty_calls = 0
         self._lock = threading.Lock()
 
     def toArrow(self) -> Any:
@@ -66,6 +68,12 @@ class ArrowFrame:
     def count(self) -> int:
         """The number of rows."""
         return int(self.table.num_rows)
+
+    def isEmpty(self) -> bool:
+        """Whether it holds no row (counted in ``is_empty_calls``)."""
+        with self._lock:
+            self.is_empty_calls += 1
+        return self.count() == 0
 
 
 def open_sink(

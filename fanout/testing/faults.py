@@ -6,7 +6,8 @@ no test-only branches): the one place the suite's killers live, shipped for plug
   the executor right after a chosen partition committed (killing the driver).
 - :class:`DieAfterWrite` raises :class:`DriverKilled` (a ``BaseException``, nothing
   catches it) after a sink wrote a batch and before its mark: the same window in the
-  test's own process, no subprocess to start.
+  test's own process, no subprocess to start; :class:`DieBeforeWrites` as the batch
+  starts, before any sink writes it.
 - :class:`VetoOnce` aborts one partition's first commit with a transient error.
 - :class:`MarkLost` is a ledger that loses a sink's marks (the driver died after the
   sink wrote).
@@ -150,6 +151,22 @@ class DieAfterWrite:
         """Die after the chosen sink's write of the chosen batch."""
         if info.batch_id == self.batch_id and sink == self.sink:
             raise DriverKilled(f"killed after {sink} wrote batch {info.batch_id}, before its mark")
+
+
+class DieBeforeWrites:
+    """Raises :class:`DriverKilled` as batch ``batch_id`` starts, before any sink writes it
+    (past the checks that may refuse it)."""
+
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+
+    @hookimpl
+    def fanout_batch_start(
+        self, info: BatchInfo, pending: Sequence[str], skipped: Sequence[str]
+    ) -> None:
+        """Die before the writes of the chosen batch."""
+        if info.batch_id == self.batch_id:
+            raise DriverKilled(f"killed as batch {info.batch_id} started, before any write")
 
 
 class VetoOnce:

@@ -52,13 +52,14 @@ def test_plugins_lists_the_delta_sink_with_its_distribution(
 DELTA_HOOKS = (
     "read_only_check, check_schema, batch_partitioning (engine=rs, mode=append, executors "
     "write), shares_tasks (engine=rs, mode=append, executors write), backfill_source "
-    "(mode=append), holds_batch, holds_batch_of, fence_earlier_epochs, harmless_rewrite "
-    "(mode=merge, no dead_letter), remove_batch_hint, is_transient"
+    "(mode=append), holds_batch, holds_batch_of, fence_earlier_epochs, records_gone "
+    "(mode=append), harmless_rewrite (mode=merge, no dead_letter), remove_batch_hint, "
+    "is_transient"
 )
 KAFKA_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by, "
     "batch_partitioning, shares_tasks, holds_batch, holds_batch_of, fence_earlier_epochs, "
-    "target_replaced, exclusive_resources, is_transient"
+    "target_replaced, records_gone, exclusive_resources, is_transient"
 )
 POSTGRES_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by (mode=append), "
@@ -97,6 +98,7 @@ def test_plugins_names_the_optional_hooks_each_sink_type_implements(
                 "batch_partitioning": "engine=rs, mode=append, executors write",
                 "shares_tasks": "engine=rs, mode=append, executors write",
                 "backfill_source": "mode=append",
+                "records_gone": "mode=append",
                 "harmless_rewrite": "mode=merge, no dead_letter",
             },
         ),

@@ -39,7 +39,8 @@ def test_a_fan_out_pickles_as_its_recipe_and_is_built_again_on_its_first_batch(
 
     copy = cloudpickle.loads(cloudpickle.dumps(fan))
 
-    assert set(copy.__dict__) == {"_recipe"}  # no lock, thread, ledger table or session
+    # no lock, thread, ledger table or session; born when unpickled (fanout.steps.replay)
+    assert set(copy.__dict__) == {"_recipe", "_runs"}
     assert copy._recipe.options["retries"] == 5
     assert copy._recipe.sinks[0].sink is not sink  # copied before open()
     copy(FakeFrame(), 1)  # built here, on its first batch

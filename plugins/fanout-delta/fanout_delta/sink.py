@@ -116,6 +116,7 @@ class DeltaSink(Sink):
         "batch_partitioning": "engine=rs, mode=append, executors write",
         "shares_tasks": "engine=rs, mode=append, executors write",
         "backfill_source": "mode=append",
+        "records_gone": "mode=append",
         "harmless_rewrite": "mode=merge, no dead_letter",
     }
     read_only_check: ClassVar[bool] = True  # open() reads the table only; creates nothing
@@ -289,6 +290,36 @@ class DeltaSink(Sink):
         cannot tell a batch never written from one whose transaction expired (an idle
         pipeline's restart), so ``None``."""
         return self._holds(self.name, pipeline, epoch, batch_id)
+
+    def records_gone(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        """Append mode: why the table's log keeps no app transaction of ``epoch`` while the
+        table holds data files: its ``delta.setTransactionRetentionDuration`` expired it
+        (:meth:`holds_batch`'s ``None``), so the sink cannot tell which of the epoch's
+        batches it holds (``batch_id`` is not read: one transaction per epoch). ``None``:
+        merge mode (a replay merges by key), no table, a transaction of the epoch there, no
+        retention set (the transaction never expires: a table without it was written anew),
+        or no data file. Asked at a replayed batch's check (:mod:`fanout.steps.replay`) once
+        ``holds_batch`` said ``None``; after a ``False`` (the run's lost-target check, a new
+        epoch's start) one of those holds: ``None``, as before. One log lookup."""
+        from fanout.contract.batch import txn_app_id
+        from fanout.delta_tables import io
+        from fanout.delta_tables import retention as txn_retention
+
+        if self.mode != "append" or self.path is None:
+            return None
+        table = io.open_table(self.path, self.storage_options)
+        app_id = txn_app_id(pipeline, self.name, epoch)
+        if table is None or io.transaction_version(table, app_id) is not None:
+            return None
+        configuration = table.metadata().configuration
+        where = f"Delta sink {self.name!r} (table {self.path!r})"
+        if txn_retention.retention_of(configuration, where) is None or not table.file_uris():
+            return None
+        return (
+            f"the table's log keeps no app transaction {app_id!r} (its "
+            f"{txn_retention.PROPERTY} = {configuration.get(txn_retention.PROPERTY)!r} "
+            "expired it after the epoch's last batch) while the table holds data files"
+        )
 
     def holds_batch_of(
         self, sink_name: str, pipeline: str, epoch: int, batch_id: int

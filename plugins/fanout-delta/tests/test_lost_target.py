@@ -25,9 +25,11 @@ def _fan(tmp_path: Path, **options: Any) -> FanOut:
 
 
 def _run(fan: FanOut, spark: Any, batch_id: int) -> None:
+    """A new batch ``batch_id``, planned now (as Spark stamps a batch its run plans: a
+    replay would keep its first attempt's time, fanout.steps.replay)."""
     rows = [(batch_id * 10 + n,) for n in range(3)]
     info = BatchInfo("lostdelta", batch_id, "query-1", [{"src": {"0": batch_id + 1}}],
-                     batch_timestamp_ms=1000 + batch_id)  # fmt: skip
+                     batch_timestamp_ms=int(time.time() * 1000))  # fmt: skip
     fan.process(spark.createDataFrame(rows, "id LONG"), info)
 
 
@@ -69,7 +71,8 @@ def test_a_restart_with_the_table_in_place_passes_also_after_an_empty_batch(
 ) -> None:
     first = _fan(tmp_path)
     _run(first, spark, 0)
-    info = BatchInfo("lostdelta", 1, "query-1", [{"src": {"0": 1}}], batch_timestamp_ms=1001)
+    info = BatchInfo("lostdelta", 1, "query-1", [{"src": {"0": 1}}],
+                     batch_timestamp_ms=int(time.time() * 1000))  # fmt: skip
     first.process(spark.createDataFrame([], "id LONG"), info)  # commits nothing there
     first.close()
 

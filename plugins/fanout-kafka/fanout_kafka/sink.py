@@ -465,6 +465,33 @@ class KafkaSink(PartitionedSink):
         config = admin_config(self.producer, str(self.bootstrap_servers))
         return self._markers_hold(config, pipeline, epoch, batch_id, self.name)
 
+    def records_gone(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        """Why the sink's markers of ``epoch`` are gone while the topic is there: no
+        partition marker of the epoch is left at all (:meth:`holds_batch`'s ``None``:
+        the groups deleted, or expired ``offsets.retention.minutes`` after their last
+        commit), so the sink cannot tell which of the epoch's batches the topic holds
+        (``batch_id`` is not read: the markers go together). ``None``: a marker of the
+        epoch is there, or the topic is missing (a lost target). Asked at a replayed
+        batch's check (:mod:`fanout.steps.replay`) once ``holds_batch`` said ``None``;
+        after a ``False`` (the run's lost-target check, a new epoch's start) markers of the
+        epoch are there, or the topic is missing: ``None``, as before. One metadata request
+        and one marker read."""
+        if self._topic_missing():
+            return None
+        config = admin_config(self.producer, str(self.bootstrap_servers))
+        if self._markers_hold(config, pipeline, epoch, batch_id, self.name) is not None:
+            return None
+        from fanout.contract.batch import pipeline_scope
+        from fanout_kafka.markers import marker_group
+
+        group = marker_group(pipeline_scope(pipeline, epoch), self.name, 0)
+        return (
+            f"no partition marker of epoch {epoch} is left on marker topic "
+            f"{self.marker_topic!r} (groups like {group!r}: deleted, or expired "
+            "offsets.retention.minutes after their last commit) while topic "
+            f"{str(self.topic)!r} is there"
+        )
+
     def holds_batch_of(
         self, sink_name: str, pipeline: str, epoch: int, batch_id: int
     ) -> bool | PartlyHeld | None:

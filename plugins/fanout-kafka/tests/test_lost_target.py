@@ -7,6 +7,7 @@ the topic at the first write, so the refused run leaves none and a retry is refu
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,9 +32,11 @@ def _fan(
 
 
 def _run(fan: FanOut, spark: Any, pipeline: str, batch_id: int) -> None:
+    """A new batch ``batch_id``, planned now (as Spark stamps a batch its run plans: a
+    replay would keep its first attempt's time, fanout.steps.replay)."""
     rows = [(batch_id * 10 + n,) for n in range(3)]
     info = BatchInfo(pipeline, batch_id, "query-1", [{"src": {"0": batch_id + 1}}],
-                     batch_timestamp_ms=1000 + batch_id)  # fmt: skip
+                     batch_timestamp_ms=int(time.time() * 1000))  # fmt: skip
     try:
         fan.process(spark.createDataFrame(rows, "id BIGINT"), info)
     finally:
