@@ -66,6 +66,7 @@ from fanout.hooks.caller import HookCaller
 from fanout.hooks.registry import load_registry, resolve_plugins
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import Ledger, ledger_key, ledger_location, now_utc
+from fanout.ledger.refusals import record_admitted, refused_unwritten
 from fanout.observe.logs import batch_fields, register_secrets
 from fanout.observe.secrets import (
     location_secrets,
@@ -908,7 +909,7 @@ class FanOut:
         (:mod:`fanout.steps.refused`). The one place to ask it; with the replay check
         (docs/proposals/replay-detection.md) this is "not replayed" by its run memory,
         and not raised before in this process (:meth:`PreWrite.first_attempt`)."""
-        return self._refusals.first_attempt(info)
+        return self._runs.replayed(info) is False and self._refusals.first_attempt(info)
 
     def _left_refused(
         self, batch_df: Any, batch_id: int, info: BatchInfo | None, first: bool,
@@ -1367,6 +1368,15 @@ class FanOut:
         unasked = self.lagging.unasked()
         opened = {n: s for n, s in self.sinks.items() if n not in unasked}
         timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
+        info = state.info
+        unwritten = refused_unwritten(
+            self.ledger, info.pipeline, info.epoch, info.batch_id, info.batch_timestamp_ms
+        )
+        if unwritten and info.batch_timestamp_ms is not None:
+            # before any write, whichever sink asks: a replay killed mid-write must not
+            # pass behind the old refusal (fanout.ledger.refusals)
+            record_admitted(self.ledger, info.pipeline, info.epoch, info.batch_id,
+                            info.batch_timestamp_ms)  # fmt: skip
         check = ReplayCheck(
             self._runs,
             accepted=self._accept_lost,
@@ -1374,8 +1384,7 @@ class FanOut:
             ledger=ledger_location(self.ledger),
             pipeline_file=self.pipeline_file,
             spool=None if self.spool is None else command_location(self.spool.path),
-            refused_before_writing=partial(self._refused_before_writing, state),
-            admitted=partial(self._admit_refused_replay, state),
+            refused_before_writing=lambda: unwritten,
         )
         try:
             lost = refuse_unproven_replay(state, opened, timeouts, check)
@@ -1385,18 +1394,6 @@ class FanOut:
             self._record.failed(batch, 1, now_utc(), 0.0, refused)
             raise
         self._lose(lost)
-
-    def _refused_before_writing(self, state: BatchState) -> bool:
-        """Whether fanout itself refused the replayed batch's earlier attempt before any
-        sink wrote it (a clean stop's StopRequestedError, a pre-write refusal): nothing of
-        it was written, so its replay passes."""
-        return False  # fanout.ledger.refusals.refused_unwritten(...) once it exists
-
-    def _admit_refused_replay(self, state: BatchState) -> None:
-        """The replay passes because its earlier attempt was refused before writing: say
-        so in the ledger before its first write, so a later attempt killed after writing
-        does not pass behind that old refusal."""
-        # fanout.ledger.refusals.record_admitted(...) once it exists
 
     def start_catch_up(self, query: Any) -> str | None:
         """Start the catch-up thread now, beside the just started ``query``, instead of

@@ -212,9 +212,8 @@ class ReplayCheck:
     spool: str | None = None
     refused_before_writing: Callable[[], bool] = lambda: False
     """Whether fanout itself refused the batch's earlier attempt before any write (then
-    nothing of it was written: the replay passes)."""
-    admitted: Callable[[], None] = lambda: None
-    """Called when the replay passes for that reason, before its first write."""
+    nothing of it was written: the replay passes; the caller recorded it as admitted,
+    :func:`fanout.ledger.refusals.record_admitted`, before asking)."""
 
 
 def refuse_unproven_replay(
@@ -243,7 +242,6 @@ def refuse_unproven_replay(
     if not gone:
         return {}
     if check.refused_before_writing():
-        check.admitted()
         log.info(
             "pipeline %s, batch %s: a replay of a batch fanout refused before writing it: "
             "written", info.pipeline, info.batch_id,

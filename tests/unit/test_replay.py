@@ -18,6 +18,7 @@ from fanout import BatchInfo, FanOut, SinkRecordsGoneError
 from fanout.errors import BatchFailedError
 from fanout.ledger.entry import LedgerEntry
 from fanout.ledger.memory import MemoryLedger
+from fanout.ledger.refusals import record_admitted, record_refused, refused_unwritten
 from fanout.steps.replay import RunMemory, batch_call
 from fanout.testing import RecordingSink
 from tests.unit.fakes import FakeFrame, ScriptedSink
@@ -326,3 +327,30 @@ def test_a_lag_sink_lags_with_the_refusal_while_the_others_write(tmp_path: Path)
         assert fan.ledger.failed_batches("p", 0, 0) == [1]
     finally:
         fan.close()
+
+
+def test_the_replay_of_a_batch_fanout_refused_before_writing_passes_once_admitted() -> None:
+    ledger = _marked("k")
+    record_refused(ledger, "p", 0, 1, 1_000)  # its first attempt: a clean stop's refusal
+    fan = _fan(ledger, Unsure("k"))
+    fan.process(FakeFrame(), _info(1, 1_000))  # the records are gone, yet nothing was written
+    fan.close()
+    assert [(r.status, r.batch_timestamp_ms) for r in ledger.refusal_rows("p", 0, 1)] == [
+        ("refused", 1_000),
+        ("admitted", 1_000),
+    ]
+    assert ledger.last_committed("p", ["k"], 0) == {"k": 1}
+    # a later replay (this one killed after its write, before its mark) no longer passes
+    assert refused_unwritten(ledger, "p", 0, 1, 1_000) is False
+
+
+def test_a_replay_admitted_once_and_killed_is_refused_at_its_next_replay() -> None:
+    ledger = _marked("k")
+    record_refused(ledger, "p", 0, 1, 1_000)
+    record_admitted(ledger, "p", 0, 1, 1_000)  # a replay went on to write, then died unmarked
+    k = Unsure("k")
+    fan = _fan(ledger, k)
+    with pytest.raises(SinkRecordsGoneError):
+        fan.process(FakeFrame(), _info(1, 1_000))
+    fan.close()
+    assert k.calls == []
