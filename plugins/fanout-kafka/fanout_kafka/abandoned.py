@@ -21,7 +21,6 @@ held back are applied, and only then are the markers read.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -34,8 +33,6 @@ from fanout_kafka.turns import turn
 
 if TYPE_CHECKING:
     from fanout_kafka.settings import WriterSettings
-
-log = logging.getLogger("fanout_kafka")
 
 
 def end_abandoned_transactions(
@@ -89,40 +86,14 @@ def fence_legacy_transactions(
     fenced, and a transaction it left open is aborted, before the markers are read and
     before anything is written under the new ids, which do not fence the old ones.
 
-    The brokers refusing the sink's principal those ids (an ACL granting only the prefix
-    in use, as ``fanout validate``'s refusal tells) is warned, not raised: every run's
-    first batch failed on it. The principal can then neither fence them nor write under
-    them (the brokers refuse its producers of them too); a producer of another principal
-    was never fenced by this one.
-
     :raises fanout.TransientSinkError: when an id cannot be initialised.
     """
     legacy = replace(settings, transactional_id_prefix=legacy_prefix)
-    try:
-        end_abandoned_transactions(
-            legacy, partitions, batch_id,
-            extra_ids=[f"{legacy_prefix}#route-0"],
-            why=f"left open under the former transactional ids {legacy_prefix}-<p>",
-        )  # fmt: skip
-    except TransientSinkError as exc:
-        if not _ids_refused(exc.__cause__):
-            raise
-        log.warning(
-            "sink %r: the brokers do not let its principal use the former transactional ids "
-            "%s-<p> (%s), so a producer of them left by an earlier version or prefix is not "
-            "fenced; its principal's producers of them are refused too. Grant WRITE on them "
-            "(transactional ids prefixed %r) to have them fenced",
-            settings.sink, legacy_prefix, exc.__cause__, legacy_prefix,
-        )  # fmt: skip
-
-
-def _ids_refused(cause: BaseException | None) -> bool:
-    """Whether ``cause`` is the brokers' refusal of a transactional id to the principal."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
-    code = error.code() if isinstance(error, KafkaError) else None
-    return code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    end_abandoned_transactions(
+        legacy, partitions, batch_id,
+        extra_ids=[f"{legacy_prefix}#route-0"],
+        why=f"left open under the former transactional ids {legacy_prefix}-<p>",
+    )  # fmt: skip
 
 
 __all__ = ["end_abandoned_transactions", "fence_legacy_transactions"]
