@@ -1384,7 +1384,7 @@ class FanOut:
             ledger=ledger_location(self.ledger),
             pipeline_file=self.pipeline_file,
             spool=None if self.spool is None else command_location(self.spool.path),
-            refused_before_writing=lambda: unwritten,
+            refused_before_writing=unwritten,
         )
         try:
             lost = refuse_unproven_replay(state, opened, timeouts, check)

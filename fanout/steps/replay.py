@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -210,7 +210,7 @@ class ReplayCheck:
     """The ledger as commands name it."""
     pipeline_file: str | None = None
     spool: str | None = None
-    refused_before_writing: Callable[[], bool] = lambda: False
+    refused_before_writing: bool = False
     """Whether fanout itself refused the batch's earlier attempt before any write (then
     nothing of it was written: the replay passes; the caller recorded it as admitted,
     :func:`fanout.ledger.refusals.record_admitted`, before asking)."""
@@ -241,7 +241,7 @@ def refuse_unproven_replay(
         )  # fmt: skip
     if not gone:
         return {}
-    if check.refused_before_writing():
+    if check.refused_before_writing:
         log.info(
             "pipeline %s, batch %s: a replay of a batch fanout refused before writing it: "
             "written", info.pipeline, info.batch_id,
