@@ -23,6 +23,28 @@ def job_group(spark: Any, group: str, *, interrupt: bool = False) -> Iterator[No
         context.setLocalProperty("spark.job.interruptOnCancel", None)
 
 
+@contextmanager
+def sql_plans(spark: Any) -> Iterator[list[str]]:
+    """The physical plans of the SQL executions the block started, in the list yielded
+    (filled when the block ends). Spark's status store keeps only the newest
+    ``spark.sql.ui.retainedExecutions`` (1000) executions, so a test process past that many
+    cannot count by the list's size: the executions are told apart by their ids."""
+    store = spark._jsparkSession.sharedState().statusStore()
+    before = _newest_execution_id(store)
+    plans: list[str] = []
+    yield plans
+    executions = store.executionsList()
+    for i in range(executions.size()):
+        execution = executions.apply(i)
+        if execution.executionId() > before:
+            plans.append(execution.physicalPlanDescription())
+
+
+def _newest_execution_id(store: Any) -> int:
+    executions = store.executionsList()
+    return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1)
+
+
 def wait_for(condition: Callable[[], bool], seconds: float = 10) -> None:
     """Poll ``condition`` until it holds or ``seconds`` pass (the caller then asserts)."""
     deadline = time.monotonic() + seconds

@@ -16,6 +16,7 @@ from fanout import Batch, BatchInfo, FanOut
 from fanout.ledger.memory import MemoryLedger
 from fanout.partitioned.membership import quoted
 from fanout.partitioned.sink import PartitionInput
+from tests.integration.spark_jobs import sql_plans
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -151,15 +152,10 @@ def test_the_partition_job_runs_without_adaptive_execution(spark: Any, tmp_path:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules["partitioned_sink"])
-    store = spark._jsparkSession.sharedState().statusStore()
-    before = store.executionsList().size()
     adaptive = spark.conf.get("spark.sql.adaptive.enabled")
     sink = PartitionedFilesSink("plain", directory=str(tmp_path / "plain"), partitions=3)
-    fan_out(spark, tmp_path, [sink])
-    executions = store.executionsList()
-    plans = [
-        executions.apply(i).physicalPlanDescription() for i in range(before, executions.size())
-    ]
+    with sql_plans(spark) as plans:
+        fan_out(spark, tmp_path, [sink])
     jobs = [plan for plan in plans if "MapInArrow" in plan]
     assert len(jobs) == 1
     assert "AdaptiveSparkPlan" not in jobs[0]

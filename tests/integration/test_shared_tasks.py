@@ -22,7 +22,13 @@ from fanout import BatchInfo, CheckpointRollbackError, FanOut, SinkResult, hooki
 from fanout.ledger.memory import MemoryLedger
 from fanout.testing.faults import VetoOnce
 from tests.chaos.services import embedded_services
-from tests.integration.spark_jobs import completed_tasks, ended_jobs, job_group, wait_for
+from tests.integration.spark_jobs import (
+    completed_tasks,
+    ended_jobs,
+    job_group,
+    sql_plans,
+    wait_for,
+)
 
 PARTITIONS, BATCHES, ROWS = 4, 3, 20
 
@@ -77,14 +83,9 @@ def _stream(spark: Any, fan: FanOut) -> list[int]:
 
 
 def _arrow_jobs(spark: Any, fan: FanOut, batch_id: int) -> int:
-    store = spark._jsparkSession.sharedState().statusStore()
     df = _batch(spark, batch_id)
-    before = store.executionsList().size()
-    fan.process(df, BatchInfo(fan.pipeline, batch_id, "q"))
-    executions = store.executionsList()
-    plans = [
-        executions.apply(i).physicalPlanDescription() for i in range(before, executions.size())
-    ]
+    with sql_plans(spark) as plans:
+        fan.process(df, BatchInfo(fan.pipeline, batch_id, "q"))
     return sum("MapInArrow" in plan for plan in plans)
 
 
@@ -275,12 +276,8 @@ def test_a_delta_append_joins_the_shared_job_and_the_batch_is_not_cached(
     cached = []
     jobs = []
     for batch_id in range(BATCHES):
-        store = spark._jsparkSession.sharedState().statusStore()
-        before = store.executionsList().size()
-        jobs.append(_arrow_jobs(spark, fan, batch_id))
-        executions = store.executionsList()
-        plans = [executions.apply(i).physicalPlanDescription()
-                 for i in range(before, executions.size())]  # fmt: skip
+        with sql_plans(spark) as plans:
+            jobs.append(_arrow_jobs(spark, fan, batch_id))
         cached.append(sum("InMemoryRelation" in plan for plan in plans))
     # batch 0: PostgreSQL cannot tell its partitioning yet and writes alone; Delta, taking
     # any partitioning, shares Kafka's job. From batch 1 on, one job writes all three.
