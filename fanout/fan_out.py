@@ -1387,7 +1387,7 @@ class FanOut:
             refused_before_writing=unwritten,
         )
         try:
-            lost = refuse_unproven_replay(state, opened, timeouts, check)
+            lost = refuse_unproven_replay(state, opened, timeouts, check, ledger=self.ledger)
         except SinkRecordsGoneError as refused:  # the batch ran: its skip may name it
             name, epoch = str(refused.sink), state.info.epoch
             batch = Batch(state.df, state.info, name, txn_app_id(self.pipeline, name, epoch))

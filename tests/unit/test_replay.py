@@ -354,3 +354,43 @@ def test_a_replay_admitted_once_and_killed_is_refused_at_its_next_replay() -> No
         fan.process(FakeFrame(), _info(1, 1_000))
     fan.close()
     assert k.calls == []
+
+
+class AppTxns(Unsure):
+    """Keeps a record of each batch it wrote rows for (``kept``: those not expired), none
+    of a batch that wrote none: ``records_gone`` about a batch without one says they are
+    gone, as the Delta sink's app transactions do."""
+
+    def __init__(self, name: str, kept: set[int]) -> None:
+        super().__init__(name)
+        self.kept = kept
+
+    def records_gone(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        self.asked.append(("gone", epoch, batch_id))
+        return None if batch_id in self.kept else GONE
+
+
+@pytest.mark.parametrize(
+    ("rows", "gone_asked"),
+    [
+        ([3, 0], [("gone", 0, 0)]),  # an empty batch after one that wrote: asked about that one
+        ([0, 0], []),  # no batch of the epoch wrote a row: no record ever existed, not asked
+    ],
+    ids=["empty-after-written", "none-written"],
+)
+def test_a_replay_asks_records_gone_about_the_newest_mark_that_wrote_rows(
+    rows: list[int], gone_asked: list[tuple[str, int, int]]
+) -> None:
+    """Batches 0 and 1 marked, batch 1 (or both) empty: the sink committed no record of an
+    empty batch, so a question about batch 1's records would read "expired" (a false
+    refusal); the replay of batch 2 is written."""
+    ledger = MemoryLedger()
+    for batch, count in enumerate(rows):
+        ledger.mark_committed(LedgerEntry("p", "k", batch, "committed", rows=count))
+    k = AppTxns("k", kept={0} if rows[0] else set())
+    fan = _fan(ledger, k)
+    fan.process(FakeFrame(), _info(2, 1_000))
+    fan.close()
+    assert k.calls == [(2, 1)]
+    assert k.asked == [("holds", 0, 1), ("holds", 0, 2), *gone_asked]
+    assert ledger.last_committed("p", ["k"], 0) == {"k": 2}
