@@ -309,7 +309,9 @@ class FanOut:
         self._admission = Admission(
             self.ledger, on_checkpoint_reset, self._refuse_unmarked, self._lift_fences
         )
-        self._refusals = PreWrite(self.ledger, self.pipeline)  # a batch refused before writing
+        # a batch refused before writing; born with the run memory (before a lazy FanOut's
+        # forgets its birth below: still a bound of the batches this process planned)
+        self._refusals = PreWrite(self.ledger, self.pipeline, self._runs.born_ms)
         self._fenced: list[Sink] = []  # the sinks the last epoch start fenced
         self.secrets: tuple[str, ...] = self._gather_secrets()
         """Every secret this pipeline knows (its locations' passwords and secret query

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import weakref
 from typing import Any, Literal
 
@@ -68,15 +67,20 @@ class PreWrite:
 
     :param ledger: the pipeline's ledger.
     :param pipeline: the pipeline's name.
+    :param born_ms: when the ``FanOut``'s run memory was born (epoch ms,
+        :class:`fanout.steps.replay.RunMemory`): its ``__init__``, or under Spark Connect
+        its ``__setstate__``, which the server's worker runs before the run plans its first
+        batch (the ``FanOut`` is built later, at that batch). A batch planned at or after it
+        was planned by a run of this process, whose every attempt this process saw; also
+        for a ``FanOut`` built inside a foreachBatch call, whose run memory then forgets
+        its birth (its first batch was planned before it). ``None``: no batch is certainly
+        a first attempt.
     """
 
-    def __init__(self, ledger: Ledger, pipeline: str) -> None:
+    def __init__(self, ledger: Ledger, pipeline: str, born_ms: int | None) -> None:
         self.ledger = ledger
         self.pipeline = pipeline
-        self.born_ms = int(time.time() * 1000)
-        """When this ``FanOut`` was built (epoch ms): a batch Spark planned before is a
-        replay. Under Spark Connect the ``FanOut`` beside the server is built at its first
-        batch, after that batch was planned: read as a replay, no row (safe)."""
+        self.born_ms = born_ms
         self._phase: Phase = "entered"
         self._epoch: int | None = None  # the epoch the guard admitted the batch into
 
@@ -103,10 +107,10 @@ class PreWrite:
     def first_attempt(self, info: BatchInfo) -> bool:
         """Whether ``info`` is certainly its batch's first attempt: Spark planned it
         (``batch_timestamp_ms``) at or after :attr:`born_ms`, and no attempt of its batch
-        id raised before in this process. ``False`` when the planning time is unknown.
-        Asked as the attempt enters, before it raises."""
+        id raised before in this process. ``False`` when the planning time or the birth is
+        unknown. Asked as the attempt enters, before it raises."""
         planned = info.batch_timestamp_ms
-        if planned is None or planned < self.born_ms:
+        if planned is None or self.born_ms is None or planned < self.born_ms:
             return False
         with _raised_lock:
             return info.batch_id not in self._raised()

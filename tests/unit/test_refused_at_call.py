@@ -26,7 +26,8 @@ from fanout import (
 from fanout.contract.batch import Batch
 from fanout.contract.sink import SinkResult
 from fanout.errors import LedgerError, SinkWriteError
-from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry, now_utc
 from fanout.ledger.memory import MemoryLedger
 from fanout.ledger.refusals import NO_SINK, REFUSED, refused_unwritten
 from fanout.testing import RecordingSink
@@ -267,4 +268,32 @@ def test_a_memory_ledgers_raised_batches_are_its_own(tmp_path: Path) -> None:
         fan(Frame(), 0)
     fan.close()
     assert refused._raised_here[ledger] == {"orders": {0}}  # held weakly, by the object
-    assert refused.PreWrite(MemoryLedger(), "orders")._raised() == set()
+    assert refused.PreWrite(MemoryLedger(), "orders", _now_ms())._raised() == set()
+
+
+def test_an_unpickled_fan_out_records_the_refusal_of_its_first_batch(tmp_path: Path) -> None:
+    """Under Spark Connect the server's worker unpickles the FanOut at the query's setup
+    (born then), the run plans batch 1, and the FanOut is built at that batch, which it
+    refuses before writing (a lost target): the refusal is recorded. Its birth for the
+    rows was the build, after the planning: no row, the replay falsely refused later."""
+    from pyspark import cloudpickle
+
+    path = str(tmp_path / "ledger")
+    seed = DeltaLedger(path)
+    seed.open()
+    seed.mark_committed(
+        LedgerEntry("orders", "lake", 0, "committed", rows=3, finished_at=now_utc())
+    )
+    fan = FanOut("orders", path, [LostTarget("lake")], retries=0,
+                 checkpoint_location=str(tmp_path / "cp"))  # fmt: skip
+    fan.close()
+    copy: FanOut = cloudpickle.loads(cloudpickle.dumps(fan))
+    time.sleep(0.01)
+    planned = _planned(tmp_path / "cp", 1, _now_ms())
+    time.sleep(0.01)
+    with pytest.raises(TargetLostError):
+        copy(Frame(), 1)  # built here, with this batch
+    rows = DeltaLedger(path).refusal_rows("orders", 0, 1)
+    assert [(r.status, r.sink, r.attempt, r.batch_timestamp_ms) for r in rows] == [
+        (REFUSED, NO_SINK, 1, planned)
+    ]
