@@ -57,8 +57,9 @@ def record_admitted(
     ledger: Ledger, pipeline: str, epoch: int, batch_id: int, batch_timestamp_ms: int
 ) -> None:
     """Record that a replay of batch ``batch_id`` of ``epoch`` (planned at
-    ``batch_timestamp_ms``) goes on to write it: called before its first write, by every
-    replay that writes a batch :func:`refused_unwritten` says ``True`` of (else a replay
+    ``batch_timestamp_ms``) goes on to write it: called right before its first write (past
+    every check that may still refuse it unwritten), by every attempt that writes a batch
+    :func:`refused_unwritten` says ``True`` of, a replay or not by the run memory (else one
     killed mid-write would hide behind the old refusal). Raises what the ledger's append
     raises: the replay must not write then."""
     _record(ledger, ADMITTED, pipeline, epoch, batch_id, batch_timestamp_ms)

@@ -108,7 +108,8 @@ class PreWrite:
         """Whether ``info`` is certainly its batch's first attempt: Spark planned it
         (``batch_timestamp_ms``) at or after :attr:`born_ms`, and no attempt of its batch
         id raised before in this process. ``False`` when the planning time or the birth is
-        unknown. Asked as the attempt enters, before it raises."""
+        unknown. Asked as the attempt enters, before it raises, and at step 3c (a refusal
+        row is read only when this is ``False``)."""
         planned = info.batch_timestamp_ms
         if planned is None or self.born_ms is None or planned < self.born_ms:
             return False

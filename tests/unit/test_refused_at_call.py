@@ -20,11 +20,12 @@ from fanout import (
     BatchFailedError,
     CheckpointRollbackError,
     FanOut,
+    SinkRecordsGoneError,
     StopRequestedError,
     TargetLostError,
 )
 from fanout.contract.batch import Batch
-from fanout.contract.sink import SinkResult
+from fanout.contract.sink import Sink, SinkResult
 from fanout.errors import LedgerError, SinkWriteError
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry, now_utc
@@ -32,6 +33,7 @@ from fanout.ledger.memory import MemoryLedger
 from fanout.ledger.refusals import NO_SINK, REFUSED, refused_unwritten
 from fanout.testing import RecordingSink
 from tests.unit.fakes import FakeFrame
+from tests.unit.test_replay import LosesOneMark, Unsure
 
 
 class Frame(FakeFrame):
@@ -68,7 +70,7 @@ def _planned(checkpoint: Path, batch: int, at_ms: int) -> int:
     return at_ms
 
 
-def _fan(tmp_path: Path, ledger: MemoryLedger, sink: RecordingSink | None = None) -> FanOut:
+def _fan(tmp_path: Path, ledger: MemoryLedger, sink: Sink | None = None) -> FanOut:
     return FanOut("orders", ledger, [sink or RecordingSink("lake")], retries=0,
                   checkpoint_location=str(tmp_path / "cp"))  # fmt: skip
 
@@ -269,6 +271,60 @@ def test_a_memory_ledgers_raised_batches_are_its_own(tmp_path: Path) -> None:
     fan.close()
     assert refused._raised_here[ledger] == {"orders": {0}}  # held weakly, by the object
     assert refused.PreWrite(MemoryLedger(), "orders", _now_ms())._raised() == set()
+
+
+class Restored(Unsure):
+    """Its target reads lost (``holds_batch`` ``False``) until ``lost`` is cleared (the
+    target restored); then it cannot tell whether it holds a batch, its own records gone
+    (``holds_batch`` ``None``, ``records_gone`` a reason)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.lost = True
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        super().holds_batch(pipeline, epoch, batch_id)
+        return False if self.lost else None
+
+
+@pytest.mark.parametrize("built", ["before-start", "inside-a-batch-call"])
+def test_an_attempt_after_a_refused_first_one_records_its_admission_though_not_a_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, built: str
+) -> None:
+    """Batch 1's first attempt is refused before writing (a lost target): its row. The
+    FanOut is reused when the query restarts in-process (or it was built inside a
+    foreachBatch call, its birth unknown): the run memory reads the second attempt as new
+    (planned after its birth, never begun writing), which writes the sink and dies before
+    its mark. It recorded ``admitted`` before writing, so the next process's replay, the
+    sink's records gone, is refused instead of passing behind the old refusal: written
+    once."""
+    if built == "inside-a-batch-call":
+        monkeypatch.setattr("fanout.fan_out.batch_call", lambda spark: "query q-1")
+    ledger = LosesOneMark("lake", 1)
+    ledger.mark_committed(LedgerEntry("orders", "lake", 0, "committed", rows=3))
+    lake = Restored("lake")
+    fan = _fan(tmp_path, ledger, lake)
+    monkeypatch.undo()
+    planned = _planned(tmp_path / "cp", 1, _now_ms() + 5)
+    with pytest.raises(TargetLostError):
+        fan(Frame(), 1)
+    assert _refusals(ledger) == [(0, 1, planned)]
+    lake.lost = False  # the target restored; the query starts again in this process
+    with pytest.raises(BatchFailedError):
+        fan(Frame(), 1)  # written, its mark lost
+    fan.close()
+    assert lake.calls == [(1, 1)]
+    assert [(r.status, r.batch_timestamp_ms) for r in ledger.refusal_rows("orders", 0, 1)] == [
+        ("refused", planned),
+        ("admitted", planned),
+    ]
+    time.sleep(0.02)  # the next process's FanOut is born after the batch was planned
+    again = _fan(tmp_path, ledger, lake)
+    with pytest.raises(SinkRecordsGoneError):
+        again(Frame(), 1)
+    again.close()
+    assert lake.calls == [(1, 1)]  # not written a second time
+    assert _refusals(ledger) == [(0, 1, planned)]
 
 
 def test_an_unpickled_fan_out_records_the_refusal_of_its_first_batch(tmp_path: Path) -> None:
