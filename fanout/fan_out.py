@@ -919,13 +919,20 @@ class FanOut:
         error: BaseException,
     ) -> None:  # fmt: skip
         """An attempt leaves :meth:`__call__` with ``error``: record it in the ledger when
-        it was refused before any sink write (:mod:`fanout.ledger.refusals`). A batch
-        refused before its context was read (the stop gate, a closed FanOut) reads its
-        planning time now."""
-        if info is None:
-            info = self._refusals.context(self._context, batch_df, batch_id)
-            first = info is not None and self._first_attempt(info)
-        self._refusals.left(batch_id, info, first, error)
+        it was refused before any sink write (:mod:`fanout.ledger.refusals`), bounded in
+        time (:meth:`PreWrite.left`). A batch refused before its context was read (the
+        stop gate, a closed FanOut) reads its planning time then."""
+        read: Callable[[], BatchInfo | None] | None = None
+        if info is None:  # here: Spark's local properties are the batch thread's
+            read = self._refusals.context(self._context, batch_df, batch_id)
+
+        def attempt() -> tuple[BatchInfo | None, bool]:
+            if read is None:
+                return info, first
+            found = read()
+            return found, found is not None and self._first_attempt(found)
+
+        self._refusals.left(batch_id, error, attempt)
 
     def _close_if_built_here(self, batch_id: int) -> None:
         """Close a ``FanOut`` built from its pickle (:meth:`_build`) whose batch failed or

@@ -10,6 +10,7 @@ the ledger is the memory one (the Delta ledger's rows: ``test_refusals.py``, and
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,12 @@ def _planned(checkpoint: Path, batch: int, at_ms: int) -> int:
 def _fan(tmp_path: Path, ledger: MemoryLedger, sink: Sink | None = None) -> FanOut:
     return FanOut("orders", ledger, [sink or RecordingSink("lake")], retries=0,
                   checkpoint_location=str(tmp_path / "cp"))  # fmt: skip
+
+
+def _warned(caplog: pytest.LogCaptureFixture, part: str) -> str:
+    """The one message logged that holds ``part``."""
+    [warning] = [r.getMessage() for r in caplog.records if part in r.getMessage()]
+    return warning
 
 
 def _refusals(ledger: MemoryLedger) -> list[tuple[int, int, int | None]]:
@@ -233,12 +240,11 @@ def test_a_refusal_the_ledger_cannot_record_stays_the_refusal(
         fan(Frame(), 0)
     fan.close()
     assert _refusals(ledger) == []
-    [warning] = [r.getMessage() for r in caplog.records if "could not record" in r.getMessage()]
-    assert warning.startswith(
+    assert _warned(caplog, "could not record").startswith(
         "pipeline orders, batch 0: refused before any sink wrote it, but the ledger could not "
         "record so (LedgerError: cannot write to the ledger at /x: store unreachable)"
-    ), warning
-    assert "`--accept-lost-target <sink>`" in warning
+    )
+    assert "`--accept-lost-target <sink>`" in _warned(caplog, "<sink>")
 
 
 def test_an_interrupt_records_nothing(tmp_path: Path) -> None:
@@ -353,3 +359,47 @@ def test_an_unpickled_fan_out_records_the_refusal_of_its_first_batch(tmp_path: P
     assert [(r.status, r.sink, r.attempt, r.batch_timestamp_ms) for r in rows] == [
         (REFUSED, NO_SINK, 1, planned)
     ]
+
+
+def test_a_refusal_the_ledger_does_not_record_in_time_goes_on_without_its_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stop gate's refusal with a ledger store that hangs: the refusal leaves after
+    ``RECORD_WAIT_S`` (``fanout run``'s stop is not held up), warned; the row is dropped,
+    and not appended when the store answers later (a replay may have read the rows by
+    then)."""
+    from fanout.steps import refused
+
+    release = threading.Event()
+    threading.Timer(10, release.set).start()  # no test waits for ever
+
+    class Hanging(MemoryLedger):
+        hangs = False
+
+        def refusal_rows(self, pipeline: str, epoch: int, batch_id: int) -> list[LedgerEntry]:
+            if self.hangs:
+                release.wait()
+            return super().refusal_rows(pipeline, epoch, batch_id)
+
+    monkeypatch.setattr(refused, "RECORD_WAIT_S", 0.3)
+    ledger = Hanging()
+    fan = _fan(tmp_path, ledger)
+    _planned(tmp_path / "cp", 0, _now_ms() + 5)
+    fan.request_stop()
+    ledger.hangs = True
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING), pytest.raises(StopRequestedError):
+        fan(Frame(), 0)
+    took = time.monotonic() - started
+    release.set()
+    for thread in threading.enumerate():
+        if thread.name == "fanout-orders-refused":
+            thread.join(5)
+    fan.close()
+    assert took < 3, took
+    assert _refusals(ledger) == []
+    assert _warned(caplog, "took more than").startswith(
+        "pipeline orders, batch 0: refused, but recording so in the ledger took more than "
+        "0.3 s (the ledger's or the checkpoint's store does not answer); not recorded"
+    )
+    assert "`--accept-lost-target <sink>`" in _warned(caplog, "<sink>")
