@@ -371,7 +371,9 @@ def test_a_refusal_the_ledger_does_not_record_in_time_goes_on_without_its_row(
     from fanout.steps import refused
 
     release = threading.Event()
-    threading.Timer(10, release.set).start()  # no test waits for ever
+    timer = threading.Timer(10, release.set)  # no test waits for ever
+    timer.daemon = True
+    timer.start()
 
     class Hanging(MemoryLedger):
         hangs = False
@@ -392,6 +394,7 @@ def test_a_refusal_the_ledger_does_not_record_in_time_goes_on_without_its_row(
         fan(Frame(), 0)
     took = time.monotonic() - started
     release.set()
+    timer.cancel()
     for thread in threading.enumerate():
         if thread.name == "fanout-orders-refused":
             thread.join(5)
