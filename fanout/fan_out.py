@@ -309,7 +309,9 @@ class FanOut:
         self._admission = Admission(
             self.ledger, on_checkpoint_reset, self._refuse_unmarked, self._lift_fences
         )
-        self._refusals = PreWrite(self.ledger, self.pipeline)  # a batch refused before writing
+        # a batch refused before writing; born with the run memory (before a lazy FanOut's
+        # forgets its birth below: still a bound of the batches this process planned)
+        self._refusals = PreWrite(self.ledger, self.pipeline, self._runs.born_ms)
         self._fenced: list[Sink] = []  # the sinks the last epoch start fenced
         self.secrets: tuple[str, ...] = self._gather_secrets()
         """Every secret this pipeline knows (its locations' passwords and secret query
@@ -906,7 +908,8 @@ class FanOut:
     def _first_attempt(self, info: BatchInfo) -> bool:
         """Whether ``info`` is certainly its batch's first attempt, not a replay (``False``
         when unsure): only then may its refusal before any write be recorded
-        (:mod:`fanout.steps.refused`). The one place to ask it; with the replay check
+        (:mod:`fanout.steps.refused`), and only when not are the batch's refusal rows read
+        (:meth:`_refused_before_writing`). The one place to ask it; with the replay check
         (docs/proposals/replay-detection.md) this is "not replayed" by its run memory,
         and not raised before in this process (:meth:`PreWrite.first_attempt`)."""
         return self._runs.replayed(info) is False and self._refusals.first_attempt(info)
@@ -916,13 +919,20 @@ class FanOut:
         error: BaseException,
     ) -> None:  # fmt: skip
         """An attempt leaves :meth:`__call__` with ``error``: record it in the ledger when
-        it was refused before any sink write (:mod:`fanout.ledger.refusals`). A batch
-        refused before its context was read (the stop gate, a closed FanOut) reads its
-        planning time now."""
-        if info is None:
-            info = self._refusals.context(self._context, batch_df, batch_id)
-            first = info is not None and self._first_attempt(info)
-        self._refusals.left(batch_id, info, first, error)
+        it was refused before any sink write (:mod:`fanout.ledger.refusals`), bounded in
+        time (:meth:`PreWrite.left`). A batch refused before its context was read (the
+        stop gate, a closed FanOut) reads its planning time then."""
+        read: Callable[[], BatchInfo | None] | None = None
+        if info is None:  # here: Spark's local properties are the batch thread's
+            read = self._refusals.context(self._context, batch_df, batch_id)
+
+        def attempt() -> tuple[BatchInfo | None, bool]:
+            if read is None:
+                return info, first
+            found = read()
+            return found, found is not None and self._first_attempt(found)
+
+        self._refusals.left(batch_id, error, attempt)
 
     def _close_if_built_here(self, batch_id: int) -> None:
         """Close a ``FanOut`` built from its pickle (:meth:`_build`) whose batch failed or
@@ -1302,7 +1312,7 @@ class FanOut:
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         self._check_targets(state)  # 2b. once per run
         plan(state, self.ledger, self.sinks)  # 3. plan
-        self._refuse_unproven_replay(state)  # 3c. on a replayed batch only
+        unwritten = self._refuse_unproven_replay(state)  # 3c. on a replayed batch only
         self._runs.writing(state.info)
         if self.lagging.sinks:  # admitted: Spark committed every batch of its epoch before it
             self._saw_batch(state.info)
@@ -1318,6 +1328,8 @@ class FanOut:
             state, self.lagging, self.specs, self.catchup, self._record, self.abandoned
         )  # 3b. behind
         self._announce(state)
+        if unwritten:  # the last step before a sink may write
+            self._admit_refused_replay(state.info)
         self._refusals.writing()  # from here a sink may write: a refusal is no more recorded
         if state.pending or state.lagging or state.lagged:  # lagged: could not be opened
             try:
@@ -1358,25 +1370,19 @@ class FanOut:
         self._runs.completed(state.info)
         return results
 
-    def _refuse_unproven_replay(self, state: BatchState) -> None:
+    def _refuse_unproven_replay(self, state: BatchState) -> bool:
         """Step 3c: refuse a replayed batch to a pending sink that cannot tell whether it
         holds it while its own records are gone (:mod:`fanout.steps.replay`); one with
         ``on_failure="lag"`` lags with the refusal instead (:meth:`Lagging.lose`: the
-        hold-back takes it out of the batch, which is spooled for it)."""
+        hold-back takes it out of the batch, which is spooled for it). Returns
+        :meth:`_refused_before_writing`: then the batch passes, and :meth:`_process`
+        records it admitted before its first write."""
+        unwritten = self._refused_before_writing(state.info)
         if not state.info.replayed:
-            return
+            return unwritten
         unasked = self.lagging.unasked()
         opened = {n: s for n, s in self.sinks.items() if n not in unasked}
         timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
-        info = state.info
-        unwritten = refused_unwritten(
-            self.ledger, info.pipeline, info.epoch, info.batch_id, info.batch_timestamp_ms
-        )
-        if unwritten and info.batch_timestamp_ms is not None:
-            # before any write, whichever sink asks: a replay killed mid-write must not
-            # pass behind the old refusal (fanout.ledger.refusals)
-            record_admitted(self.ledger, info.pipeline, info.epoch, info.batch_id,
-                            info.batch_timestamp_ms)  # fmt: skip
         check = ReplayCheck(
             self._runs,
             accepted=self._accept_lost,
@@ -1387,13 +1393,38 @@ class FanOut:
             refused_before_writing=unwritten,
         )
         try:
-            lost = refuse_unproven_replay(state, opened, timeouts, check)
+            lost = refuse_unproven_replay(state, opened, timeouts, check, ledger=self.ledger)
         except SinkRecordsGoneError as refused:  # the batch ran: its skip may name it
             name, epoch = str(refused.sink), state.info.epoch
             batch = Batch(state.df, state.info, name, txn_app_id(self.pipeline, name, epoch))
             self._record.failed(batch, 1, now_utc(), 0.0, refused)
             raise
         self._lose(lost)
+        return unwritten
+
+    def _refused_before_writing(self, info: BatchInfo) -> bool:
+        """Whether fanout refused every earlier attempt of the batch before any sink wrote
+        it (:func:`fanout.ledger.refusals.refused_unwritten`), read only when this attempt
+        is not certainly the batch's first (:meth:`_first_attempt`): a replay by the run
+        memory, or one it reads as new while an attempt of the batch raised before in this
+        process (a ``FanOut`` reused across in-process restarts of its query, or built
+        inside a foreachBatch call, refused that attempt before writing: planned after its
+        birth, never begun writing). A first attempt reads nothing."""
+        if self._first_attempt(info):
+            return False
+        return refused_unwritten(
+            self.ledger, info.pipeline, info.epoch, info.batch_id, info.batch_timestamp_ms
+        )
+
+    def _admit_refused_replay(self, info: BatchInfo) -> None:
+        """Record that this attempt of a batch :meth:`_refused_before_writing` answered for
+        goes on to write it (:func:`fanout.ledger.refusals.record_admitted`), past every
+        check that may still refuse it without writing: from here it may write, and if it is
+        killed mid-write, the next replay must not pass behind the old refusal. Raises what
+        the append raises (the batch must not write then)."""
+        if info.batch_timestamp_ms is not None:  # always known: a refusal row names it
+            record_admitted(self.ledger, info.pipeline, info.epoch, info.batch_id,
+                            info.batch_timestamp_ms)  # fmt: skip
 
     def start_catch_up(self, query: Any) -> str | None:
         """Start the catch-up thread now, beside the just started ``query``, instead of

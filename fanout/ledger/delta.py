@@ -857,9 +857,13 @@ class DeltaLedger:
             table = self._fresh()
         return self._committed_as_of_log(table, pipeline, min_batch_id, epoch)
 
-    def failed_batches(self, pipeline: str, min_batch_id: int, epoch: int) -> list[int]:
-        """The batches of ``epoch`` from ``min_batch_id`` on that a failed row names (a
-        filtered scan of two columns; ``fanout ledger skip`` only)."""
+    def failed_batches(
+        self, pipeline: str, min_batch_id: int, epoch: int, *, sink: str | None = None,
+        error: str | None = None,
+    ) -> list[int]:  # fmt: skip
+        """The batches of ``epoch`` from ``min_batch_id`` on that a failed row names (of
+        ``sink``, its error beginning with ``error``, when given): a filtered scan of a few
+        columns; ``fanout ledger skip`` only."""
         with self._lock:
             table = self._fresh()
         present = {f.name for f in table.schema().fields}
@@ -869,8 +873,19 @@ class DeltaLedger:
             ("status", "=", "failed"),
             ("batch_id", ">=", min_batch_id),
         ]
+        if sink is not None:
+            filters.append(("sink", "=", sink))
+        if error is not None:
+            columns.append("error")
         read = read_arrow(table, columns=columns, filters=filters).to_pylist()
-        return sorted({int(r["batch_id"]) for r in read if (r.get("epoch") or 0) == epoch})
+        return sorted(
+            {
+                int(r["batch_id"])
+                for r in read
+                if (r.get("epoch") or 0) == epoch
+                and (error is None or (r["error"] or "").startswith(error))
+            }
+        )
 
     def committed_entries_with_replaced(
         self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None

@@ -300,10 +300,15 @@ class Ledger(Protocol):
         replaced is left out). A scan: rare paths. The reader of marks; the rows as written
         are :meth:`committed_entries_with_replaced`."""
 
-    def failed_batches(self, pipeline: str, min_batch_id: int, epoch: int) -> list[int]:
+    def failed_batches(
+        self, pipeline: str, min_batch_id: int, epoch: int, *, sink: str | None = None,
+        error: str | None = None,
+    ) -> list[int]:  # fmt: skip
         """The batch ids of ``epoch`` at or after ``min_batch_id`` that a failed attempt's
         row of ``pipeline`` names (sorted, once each): batches Spark handed to the pipeline.
-        A scan: ``fanout ledger skip`` only, when no mark shows its batch ran."""
+        Only the rows of ``sink`` whose ``error`` begins with ``error``, when given (the
+        error's type: ``"SinkRecordsGoneError:"``). A scan: ``fanout ledger skip`` only,
+        when no mark shows its batch ran."""
 
     def committed_entries_with_replaced(
         self, pipeline: str, min_batch_id: int = 0, epoch: int | None = None

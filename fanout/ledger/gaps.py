@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fanout.contract.locations import command_location
-from fanout.errors import ConfigurationError, batch_ranges, shell_word
+from fanout.errors import ConfigurationError, SinkRecordsGoneError, batch_ranges, shell_word
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 
 if TYPE_CHECKING:
@@ -197,12 +197,9 @@ def skip_batches(
     (default: the pipeline's current epoch) after its mark, through ``through``.
 
     Refuses (:class:`fanout.ConfigurationError`) a batch no sink of the pipeline has
-    committed in that epoch, unless a failed attempt's row names it or a later batch (Spark
-    ran it and the batches before it: a gap's refusal records one when no sink marked the
-    batch before it, a ledger restored from an older copy; a replay's refusal records one
-    for the batch it refused, which the sink's target may hold: :mod:`fanout.steps.replay`):
-    the acknowledgement is of batches that ran,
-    never of future ones (a mark past the pipeline's high-water mark would make the checkpoint guard
+    committed in that epoch, unless a failed attempt's row shows that it ran
+    (:func:`_failed_row_allows`): the acknowledgement is of batches that ran, never of
+    future ones (a mark past the pipeline's high-water mark would make the checkpoint guard
     refuse the next batch as a rolled-back checkpoint).
 
     :param spool: the pipeline's spool (opened), when it has one: a ``through`` at or past
@@ -251,11 +248,12 @@ def skip_batches(
         if backfill_held and not give_up_backfill:
             _refuse_backfill(pipeline, sink, backfill_from, epoch, before, through, backfill_held)
     same = [e for e in ledger.committed_entries(pipeline, through, epoch) if e.sink != sink]
-    if not same and not ledger.failed_batches(pipeline, through, epoch):
+    if not same and not _failed_row_allows(ledger, pipeline, sink, through, epoch):
         raise ConfigurationError(
             f"pipeline {pipeline!r}, sink {sink!r}: no other sink of the pipeline committed "
-            f"batch {through} of epoch {epoch} or a later one, and no failed attempt names "
-            "it or a later batch; skip only batches that ran, through the batch before the "
+            f"batch {through} of epoch {epoch} or a later one, no failed attempt names a "
+            f"later batch, and batch {through} was not refused to this sink as a replay it "
+            "cannot tell it holds; skip only batches that ran, through the batch before the "
             "one refused (or the replayed batch refused because the sink cannot tell whether "
             "it holds it, when it does)"
         )
@@ -282,6 +280,22 @@ def skip_batches(
         sink, epoch, before, through, recorded=True, released=released,
         backfill_held=backfill_held,
     )  # fmt: skip
+
+
+def _failed_row_allows(ledger: Ledger, pipeline: str, sink: str, through: int, epoch: int) -> bool:
+    """Whether a failed attempt's row shows that a skip of ``sink`` through ``through``
+    acknowledges batches that ran, when no other sink's mark does: a row of a later batch
+    (Spark ran ``through`` before it: a gap's refusal records one when no sink marked the
+    batch before it, a ledger restored from an older copy), or the replay check's refusal
+    of ``through`` itself to ``sink`` (:class:`fanout.SinkRecordsGoneError`, recorded for
+    the sink: its target may hold the batch, :mod:`fanout.steps.replay`). Not another row
+    of ``through``: a gap's refusal of it was before any sink got it (its skip ends at the
+    batch before), and a skip through it would mark a batch the sink never got. Two
+    filtered scans at most, in the command only."""
+    if ledger.failed_batches(pipeline, through + 1, epoch):
+        return True
+    refused = f"{SinkRecordsGoneError.__name__}:"
+    return through in ledger.failed_batches(pipeline, through, epoch, sink=sink, error=refused)
 
 
 class OlderEpochSkipError(ConfigurationError):

@@ -174,8 +174,12 @@ class MemoryLedger:
         as of the log (:func:`fanout.ledger.entry.as_of_log`)."""
         return as_of_log(self._committed(pipeline, min_batch_id, epoch))
 
-    def failed_batches(self, pipeline: str, min_batch_id: int, epoch: int) -> list[int]:
-        """The batches of ``epoch`` from ``min_batch_id`` on that a failed row names."""
+    def failed_batches(
+        self, pipeline: str, min_batch_id: int, epoch: int, *, sink: str | None = None,
+        error: str | None = None,
+    ) -> list[int]:  # fmt: skip
+        """The batches of ``epoch`` from ``min_batch_id`` on that a failed row names (of
+        ``sink``, its error beginning with ``error``, when given)."""
         with self._lock:
             return sorted(
                 {
@@ -185,6 +189,8 @@ class MemoryLedger:
                     and e.status == "failed"
                     and e.batch_id >= min_batch_id
                     and (e.epoch or 0) == epoch
+                    and (sink is None or e.sink == sink)
+                    and (error is None or (e.error or "").startswith(error))
                 }
             )
 

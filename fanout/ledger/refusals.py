@@ -30,6 +30,7 @@ Rows only on refusals and replays of refused batches: nothing on a batch's norma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, Literal
 
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
@@ -45,20 +46,28 @@ NO_SINK: Final = "*"
 
 
 def record_refused(
-    ledger: Ledger, pipeline: str, epoch: int, batch_id: int, batch_timestamp_ms: int
-) -> None:
+    ledger: Ledger,
+    pipeline: str,
+    epoch: int,
+    batch_id: int,
+    batch_timestamp_ms: int,
+    go_on: Callable[[], bool] = lambda: True,
+) -> bool:
     """Record that the first attempt of batch ``batch_id`` of ``epoch``, planned at
     ``batch_timestamp_ms``, was refused before any sink wrote it. The caller makes sure of
-    both (no write begun, not a replay); raises what the ledger's append raises."""
-    _record(ledger, REFUSED, pipeline, epoch, batch_id, batch_timestamp_ms)
+    both (no write begun, not a replay); raises what the ledger's append raises.
+    ``go_on`` is asked right before the append (after the read of the batch's rows):
+    ``False`` appends nothing (its caller gave up waiting). Whether it appended."""
+    return _record(ledger, REFUSED, pipeline, epoch, batch_id, batch_timestamp_ms, go_on)
 
 
 def record_admitted(
     ledger: Ledger, pipeline: str, epoch: int, batch_id: int, batch_timestamp_ms: int
 ) -> None:
     """Record that a replay of batch ``batch_id`` of ``epoch`` (planned at
-    ``batch_timestamp_ms``) goes on to write it: called before its first write, by every
-    replay that writes a batch :func:`refused_unwritten` says ``True`` of (else a replay
+    ``batch_timestamp_ms``) goes on to write it: called right before its first write (past
+    every check that may still refuse it unwritten), by every attempt that writes a batch
+    :func:`refused_unwritten` says ``True`` of, a replay or not by the run memory (else one
     killed mid-write would hide behind the old refusal). Raises what the ledger's append
     raises: the replay must not write then."""
     _record(ledger, ADMITTED, pipeline, epoch, batch_id, batch_timestamp_ms)
@@ -91,8 +100,11 @@ def _record(
     epoch: int,
     batch_id: int,
     planned: int,
-) -> None:
+    go_on: Callable[[], bool] = lambda: True,
+) -> bool:
     rows = ledger.refusal_rows(pipeline, epoch, batch_id)
+    if not go_on():
+        return False
     at = now_utc()
     ledger.record_refusal_row(
         LedgerEntry(
@@ -107,3 +119,4 @@ def _record(
             batch_timestamp_ms=planned,
         )
     )
+    return True

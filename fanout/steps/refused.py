@@ -21,6 +21,11 @@ safe; a wrong row could let a batch be written twice):
   earlier in this process. A replay's earlier attempt may have written; a row of the
   replay's refusal would let the next replay pass behind it.
 
+The row's ledger I/O (and, at the stop gate, the read of ``offsets/N``) runs in a thread of
+its own, waited for :data:`RECORD_WAIT_S` at most: a store that hangs must not hang
+``fanout run``'s stop. A row not recorded by then is dropped, warned (no row: the replay is
+checked as any other).
+
 Nothing of this runs on a batch that passes: a flag set, no read, no write.
 """
 
@@ -28,9 +33,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import weakref
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Final, Literal
 
 from fanout.contract.batch import BatchInfo
 from fanout.ledger.entry import Ledger, ledger_key
@@ -43,6 +48,7 @@ from fanout.steps.context import (
     query_id_of,
     read_file_directly,
 )
+from fanout.steps.timeout import BoundedCall
 
 log = logging.getLogger("fanout")
 
@@ -52,6 +58,20 @@ the steps that may write."""
 
 RECORDED: tuple[Phase, ...] = ("entered", "admitted")
 """The phases whose refusal is recorded."""
+
+RECORD_WAIT_S = 10.0
+"""How long a refusal waits for its row (the ``offsets/N`` read, a ledger lookup, the
+append) before it goes on without it."""
+
+UNRECORDED: Final = (
+    "if a sink's own records of its batches expire before Spark replays it, the replay may "
+    "be refused as possibly written: then `--accept-lost-target <sink>` lets it write"
+)
+"""What a refusal left unrecorded costs, and the way on, for its warning."""
+
+Attempt = Callable[[], tuple[BatchInfo | None, bool]]
+"""What :meth:`PreWrite.left` asks of the attempt that leaves: its context (``None``:
+unreadable) and whether it is certainly the batch's first (``FanOut._first_attempt``)."""
 
 _raised: dict[tuple[str, str], set[int]] = {}
 """Per (ledger location, pipeline), the batch ids of attempts that raised in this process,
@@ -68,15 +88,20 @@ class PreWrite:
 
     :param ledger: the pipeline's ledger.
     :param pipeline: the pipeline's name.
+    :param born_ms: when the ``FanOut``'s run memory was born (epoch ms,
+        :class:`fanout.steps.replay.RunMemory`): its ``__init__``, or under Spark Connect
+        its ``__setstate__``, which the server's worker runs before the run plans its first
+        batch (the ``FanOut`` is built later, at that batch). A batch planned at or after it
+        was planned by a run of this process, whose every attempt this process saw; also
+        for a ``FanOut`` built inside a foreachBatch call, whose run memory then forgets
+        its birth (its first batch was planned before it). ``None``: no batch is certainly
+        a first attempt.
     """
 
-    def __init__(self, ledger: Ledger, pipeline: str) -> None:
+    def __init__(self, ledger: Ledger, pipeline: str, born_ms: int | None) -> None:
         self.ledger = ledger
         self.pipeline = pipeline
-        self.born_ms = int(time.time() * 1000)
-        """When this ``FanOut`` was built (epoch ms): a batch Spark planned before is a
-        replay. Under Spark Connect the ``FanOut`` beside the server is built at its first
-        batch, after that batch was planned: read as a replay, no row (safe)."""
+        self.born_ms = born_ms
         self._phase: Phase = "entered"
         self._epoch: int | None = None  # the epoch the guard admitted the batch into
 
@@ -103,10 +128,11 @@ class PreWrite:
     def first_attempt(self, info: BatchInfo) -> bool:
         """Whether ``info`` is certainly its batch's first attempt: Spark planned it
         (``batch_timestamp_ms``) at or after :attr:`born_ms`, and no attempt of its batch
-        id raised before in this process. ``False`` when the planning time is unknown.
-        Asked as the attempt enters, before it raises."""
+        id raised before in this process. ``False`` when the planning time or the birth is
+        unknown. Asked as the attempt enters, before it raises, and at step 3c (a refusal
+        row is read only when this is ``False``)."""
         planned = info.batch_timestamp_ms
-        if planned is None or planned < self.born_ms:
+        if planned is None or self.born_ms is None or planned < self.born_ms:
             return False
         with _raised_lock:
             return info.batch_id not in self._raised()
@@ -120,17 +146,31 @@ class PreWrite:
                 pass
         return _raised.setdefault((ledger_key(self.ledger), self.pipeline), set())
 
-    def context(self, reader: ContextReader, batch_df: Any, batch_id: int) -> BatchInfo | None:
-        """The context of a batch refused before fanout read it (the stop gate, a closed
-        ``FanOut``): its planning time, from ``offsets/<batch_id>`` in the checkpoint the
-        reader knows (else the batch's query's, asked of Spark), read with pyarrow
-        (:func:`fanout.steps.context.read_file_directly`), never through Hadoop: at a stop,
-        Spark may have interrupted the batch's thread, and a read through Hadoop from it
-        finds the file empty. ``None`` when it cannot be read (no row then)."""
+    def context(
+        self, reader: ContextReader, batch_df: Any, batch_id: int
+    ) -> Callable[[], BatchInfo | None]:
+        """How to read the context of a batch refused before fanout read it (the stop gate,
+        a closed ``FanOut``): the checkpoint is found now, on the batch's thread (the one
+        the reader knows, else the batch's query's, asked of Spark, whose local properties
+        and active session are the thread's); the returned function reads the batch's
+        planning time from its ``offsets/<batch_id>`` (in :meth:`left`'s bounded thread)
+        with pyarrow (:func:`fanout.steps.context.read_file_directly`), never through
+        Hadoop: at a stop, Spark may have interrupted the batch's thread, and a read
+        through Hadoop from it finds the file empty. It returns ``None`` when the file
+        cannot be read (no row then)."""
         try:
             location = reader.known_location()
             if location is None and (query_id := query_id_of(batch_df)) is not None:
                 location = checkpoint_root(query_id)
+        except Exception as exc:
+            log.debug("pipeline %s, batch %s: no checkpoint found at its refusal: %s",
+                      self.pipeline, batch_id, exc)  # fmt: skip
+            location = None
+        return lambda: self._planned(location, int(batch_id))
+
+    def _planned(self, location: str | None, batch_id: int) -> BatchInfo | None:
+        """The context :meth:`context` reads: ``offsets/<batch_id>`` under ``location``."""
+        try:
             text = None if location is None else read_file_directly(location, f"offsets/{batch_id}")
             planned = None if text is None else parse_offset_log(text)
         except Exception as exc:
@@ -139,43 +179,85 @@ class PreWrite:
             return None
         if planned is None:
             return None
-        return BatchInfo(self.pipeline, int(batch_id), None, planned.source_offsets,
+        return BatchInfo(self.pipeline, batch_id, None, planned.source_offsets,
                          batch_timestamp_ms=planned.batch_timestamp_ms)  # fmt: skip
 
-    def left(
-        self, batch_id: int, info: BatchInfo | None, first: bool, error: BaseException
+    def left(self, batch_id: int, error: BaseException, attempt: Attempt) -> None:
+        """The attempt of ``batch_id`` leaves ``FanOut.__call__`` with ``error``. Records
+        the refusal when it came before the guard step (the ledger's current epoch, which a
+        replay is admitted into) or after it and before any write (the epoch admitted),
+        ``error`` is an ``Exception`` (not an interrupt) and ``attempt()`` says the attempt
+        was the batch's first, with a planning time. ``attempt()`` and the record run in a
+        thread waited for :data:`RECORD_WAIT_S`: not done by then, the row is dropped
+        (warned; the thread begins no ledger read or append after that). A failing record
+        is logged, never raised: the batch's own error goes on (a clean stop stays one).
+        The batch id is then remembered as raised in this process (after ``attempt()``,
+        which asks it)."""
+        phase, epoch = self._phase, self._epoch  # the next batch's entering() resets them
+        try:
+            if phase in RECORDED and isinstance(error, Exception):
+                self._record_bounded(int(batch_id), epoch, error, attempt)
+        finally:
+            with _raised_lock:
+                self._raised().add(int(batch_id))
+
+    def _record_bounded(
+        self, batch_id: int, epoch: int | None, error: Exception, attempt: Attempt
     ) -> None:
-        """The attempt of ``batch_id`` leaves ``FanOut.__call__`` with ``error``; ``first``:
-        :meth:`first_attempt`'s answer as it entered. Records the refusal when it came
-        before the guard step (the ledger's current epoch, which a replay is admitted
-        into) or after it and before any write (the epoch admitted), the attempt was the
-        batch's first and ``error`` is an ``Exception`` (not an interrupt). A failing
-        record is logged, never raised: the batch's own error goes on (a clean stop stays
-        one)."""
-        with _raised_lock:
-            self._raised().add(int(batch_id))
-        planned = None if info is None else info.batch_timestamp_ms
-        if self._phase not in RECORDED or not first or planned is None:
+        """:meth:`_record` of ``attempt()``'s batch when it is a first attempt, waited for
+        :data:`RECORD_WAIT_S` at most."""
+        given_up = threading.Event()
+
+        def record() -> None:
+            info, first = attempt()
+            planned = None if info is None else info.batch_timestamp_ms
+            if first and planned is not None and not given_up.is_set():
+                self._record(batch_id, epoch, planned, error, given_up)
+
+        name = f"fanout-{self.pipeline}-refused"
+        call = BoundedCall.run(record, RECORD_WAIT_S, name)
+        if call.done.is_set():
+            if call.error is not None:  # attempt() failed: no row, the refusal goes on
+                log.warning("pipeline %s, batch %s: its refusal could not be recorded: %s",
+                            self.pipeline, batch_id, call.error)  # fmt: skip
             return
-        if not isinstance(error, Exception):
-            return
+        given_up.set()
+        log.warning(
+            "pipeline %s, batch %s: refused, but recording so in the ledger took more than "
+            "%g s (the ledger's or the checkpoint's store does not answer); not recorded, so "
+            "that the refusal is not held up; %s",
+            self.pipeline, batch_id, RECORD_WAIT_S, UNRECORDED,
+            extra=batch_fields(self.pipeline, batch_id),
+        )  # fmt: skip
+
+    def _record(
+        self,
+        batch_id: int,
+        epoch: int | None,
+        planned: int,
+        error: Exception,
+        given_up: threading.Event,
+    ) -> None:
+        """Append the ``refused`` row of ``batch_id``, in ``epoch`` (``None``: the ledger's
+        current one), unless ``given_up`` is set before the append; log what happened."""
         fields = batch_fields(self.pipeline, batch_id)
         try:
-            epoch = self._epoch
             if epoch is None:  # before the guard: the epoch a replay is admitted into
                 epoch = self.ledger.lookup(self.pipeline, ()).epoch
-            record_refused(self.ledger, self.pipeline, epoch, int(batch_id), planned)
+            recorded = record_refused(
+                self.ledger, self.pipeline, epoch, batch_id, planned,
+                go_on=lambda: not given_up.is_set(),
+            )  # fmt: skip
         except Exception as exc:
             log.warning(
                 "pipeline %s, batch %s: refused before any sink wrote it, but the ledger "
-                "could not record so (%s: %s); if a sink's own records of its batches expire "
-                "before Spark replays it, the replay may be refused as possibly written: "
-                "then `--accept-lost-target <sink>` lets it write",
-                self.pipeline, batch_id, type(exc).__name__, exc, extra=fields,
+                "could not record so (%s: %s); %s",
+                self.pipeline, batch_id, type(exc).__name__, exc, UNRECORDED, extra=fields,
             )  # fmt: skip
             return
-        log.info(
-            "pipeline %s, batch %s: refused before any sink wrote it (%s); recorded in the "
-            "ledger, so its replay is known unwritten",
-            self.pipeline, batch_id, type(error).__name__, extra=fields,
-        )  # fmt: skip
+        if recorded:
+            log.info(
+                "pipeline %s, batch %s: refused before any sink wrote it (%s); recorded in "
+                "the ledger, so its replay is known unwritten",
+                self.pipeline, batch_id, type(error).__name__, extra=fields,
+            )  # fmt: skip

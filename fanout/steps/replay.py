@@ -8,9 +8,10 @@ have written it to a sink and died before its ledger mark. A sink's own records
 skip what it holds. Records that expired or were deleted since cannot: ``holds_batch``
 answers ``None`` (an idle pipeline's restart, which must pass, reads the same), and the
 replay would write the batch a second time. So a replayed batch (:class:`RunMemory`) is
-refused (:func:`refuse_unproven_replay`) to a pending sink with a mark in the epoch, no
-harmless rewrite, whose ``holds_batch`` answers ``None`` about it and whose
-:meth:`fanout.Sink.records_gone` says why, unless the batch is empty.
+refused (:func:`refuse_unproven_replay`) to a pending sink with a mark in the epoch that
+wrote rows, no harmless rewrite, whose ``holds_batch`` answers ``None`` about it and whose
+:meth:`fanout.Sink.records_gone` says why (about that mark), unless the batch is empty or
+fanout refused every earlier attempt of it before any write (:mod:`fanout.ledger.refusals`).
 
 Telling a replay costs nothing: the planning time is the one the context step already
 reads from ``offsets/N``, every batch a run plans is stamped after that run's start (so
@@ -35,10 +36,11 @@ from fanout.contract.batch import BatchInfo
 from fanout.contract.sessions import is_connect
 from fanout.contract.sink import Sink
 from fanout.errors import SinkRecordsGoneError, shell_word
+from fanout.ledger.entry import Ledger
 from fanout.ledger.gaps import release_command, skip_command
 from fanout.observe.secrets import redact
 from fanout.steps.holds import answers_records_gone, bounded, gone_reason, holds_answer
-from fanout.steps.lost_target import target_text
+from fanout.steps.lost_target import last_kept, target_text, written_marks
 from fanout.steps.state import BatchState
 
 log = logging.getLogger("fanout")
@@ -166,14 +168,18 @@ def unproven_sinks(
     state: BatchState,
     sinks: Mapping[str, Sink],
     timeouts: Mapping[str, float],
+    *,
+    ledger: Ledger,
 ) -> dict[str, str]:
     """Each of ``sinks`` (open, pending) that would write the replayed batch of ``state``
     and cannot tell whether it holds it while its own records are gone, with what is gone:
-    one with a mark in the epoch (its records existed), no harmless rewrite, answering
-    ``records_gone``, whose ``holds_batch`` answers ``None`` about the batch and whose
-    ``records_gone`` gives a reason about its mark. ``True``, :class:`fanout.PartlyHeld`
-    or ``False``: its records answer; raised or no answer within ``timeouts``: passes, as
-    at the run's lost-target check (its write meets the same outage)."""
+    one with a mark in the epoch that wrote rows (its records existed: a mark of an empty
+    batch, or a skip's, left none, :func:`fanout.steps.lost_target.written_marks`, read
+    from ``ledger``), no harmless rewrite, answering ``records_gone``, whose
+    ``holds_batch`` answers ``None`` about the batch and whose ``records_gone`` gives a
+    reason about its newest such mark. ``True``, :class:`fanout.PartlyHeld` or ``False``:
+    its records answer; raised or no answer within ``timeouts``: passes, as at the run's
+    lost-target check (its write meets the same outage)."""
     info, marks = state.info, state.marks or {}
     gone: dict[str, str] = {}
     for name in state.pending:
@@ -185,7 +191,10 @@ def unproven_sinks(
         held = bounded(sink, info.pipeline, partial(_holds, sink, info), timeouts.get(name))
         if held is not None:
             continue
-        reason = gone_reason(sink, info.pipeline, info.epoch, mark, timeouts.get(name))
+        written = last_kept(written_marks(ledger, info.pipeline, info.epoch, name, mark))
+        if written is None:
+            continue
+        reason = gone_reason(sink, info.pipeline, info.epoch, written, timeouts.get(name))
         if reason is not None:
             gone[name] = reason
     return gone
@@ -221,17 +230,20 @@ def refuse_unproven_replay(
     sinks: Mapping[str, Sink],
     timeouts: Mapping[str, float],
     check: ReplayCheck,
+    *,
+    ledger: Ledger,
 ) -> dict[str, SinkRecordsGoneError]:
     """Step 3c, on a replayed batch only (``state.info.replayed``): raise
     :class:`fanout.SinkRecordsGoneError` for the first of :func:`unproven_sinks` not in
     ``check.accepted`` (warned and written) nor ``check.lags`` (returned: they lag with
     it), unless fanout refused the batch's earlier attempt before it wrote anything
     (``check.refused_before_writing``) or the batch holds no row (one ``isEmpty()``, only
-    here). Nothing is written before it; a batch that is not a replay asks nothing."""
+    here). ``ledger``: the pipeline's, whose marks say which wrote rows. Nothing is
+    written before it; a batch that is not a replay asks nothing."""
     info = state.info
     if not info.replayed:
         return {}
-    gone = unproven_sinks(state, sinks, timeouts)
+    gone = unproven_sinks(state, sinks, timeouts, ledger=ledger)
     for name in sorted(set(gone) & set(check.accepted)):
         log.warning(
             "pipeline %s, sink %s: batch %s of epoch %s is a replay and the sink cannot tell "

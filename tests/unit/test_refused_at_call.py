@@ -10,6 +10,7 @@ the ledger is the memory one (the Delta ledger's rows: ``test_refusals.py``, and
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,17 +21,20 @@ from fanout import (
     BatchFailedError,
     CheckpointRollbackError,
     FanOut,
+    SinkRecordsGoneError,
     StopRequestedError,
     TargetLostError,
 )
 from fanout.contract.batch import Batch
-from fanout.contract.sink import SinkResult
+from fanout.contract.sink import Sink, SinkResult
 from fanout.errors import LedgerError, SinkWriteError
-from fanout.ledger.entry import LedgerEntry
+from fanout.ledger.delta import DeltaLedger
+from fanout.ledger.entry import LedgerEntry, now_utc
 from fanout.ledger.memory import MemoryLedger
 from fanout.ledger.refusals import NO_SINK, REFUSED, refused_unwritten
 from fanout.testing import RecordingSink
 from tests.unit.fakes import FakeFrame
+from tests.unit.test_replay import LosesOneMark, Unsure
 
 
 class Frame(FakeFrame):
@@ -67,9 +71,15 @@ def _planned(checkpoint: Path, batch: int, at_ms: int) -> int:
     return at_ms
 
 
-def _fan(tmp_path: Path, ledger: MemoryLedger, sink: RecordingSink | None = None) -> FanOut:
+def _fan(tmp_path: Path, ledger: MemoryLedger, sink: Sink | None = None) -> FanOut:
     return FanOut("orders", ledger, [sink or RecordingSink("lake")], retries=0,
                   checkpoint_location=str(tmp_path / "cp"))  # fmt: skip
+
+
+def _warned(caplog: pytest.LogCaptureFixture, part: str) -> str:
+    """The one message logged that holds ``part``."""
+    [warning] = [r.getMessage() for r in caplog.records if part in r.getMessage()]
+    return warning
 
 
 def _refusals(ledger: MemoryLedger) -> list[tuple[int, int, int | None]]:
@@ -230,12 +240,11 @@ def test_a_refusal_the_ledger_cannot_record_stays_the_refusal(
         fan(Frame(), 0)
     fan.close()
     assert _refusals(ledger) == []
-    [warning] = [r.getMessage() for r in caplog.records if "could not record" in r.getMessage()]
-    assert warning.startswith(
+    assert _warned(caplog, "could not record").startswith(
         "pipeline orders, batch 0: refused before any sink wrote it, but the ledger could not "
         "record so (LedgerError: cannot write to the ledger at /x: store unreachable)"
-    ), warning
-    assert "`--accept-lost-target <sink>`" in warning
+    )
+    assert "`--accept-lost-target <sink>`" in _warned(caplog, "<sink>")
 
 
 def test_an_interrupt_records_nothing(tmp_path: Path) -> None:
@@ -267,4 +276,133 @@ def test_a_memory_ledgers_raised_batches_are_its_own(tmp_path: Path) -> None:
         fan(Frame(), 0)
     fan.close()
     assert refused._raised_here[ledger] == {"orders": {0}}  # held weakly, by the object
-    assert refused.PreWrite(MemoryLedger(), "orders")._raised() == set()
+    assert refused.PreWrite(MemoryLedger(), "orders", _now_ms())._raised() == set()
+
+
+class Restored(Unsure):
+    """Its target reads lost (``holds_batch`` ``False``) until ``lost`` is cleared (the
+    target restored); then it cannot tell whether it holds a batch, its own records gone
+    (``holds_batch`` ``None``, ``records_gone`` a reason)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.lost = True
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | None:
+        super().holds_batch(pipeline, epoch, batch_id)
+        return False if self.lost else None
+
+
+@pytest.mark.parametrize("built", ["before-start", "inside-a-batch-call"])
+def test_an_attempt_after_a_refused_first_one_records_its_admission_though_not_a_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, built: str
+) -> None:
+    """Batch 1's first attempt is refused before writing (a lost target): its row. The
+    FanOut is reused when the query restarts in-process (or it was built inside a
+    foreachBatch call, its birth unknown): the run memory reads the second attempt as new
+    (planned after its birth, never begun writing), which writes the sink and dies before
+    its mark. It recorded ``admitted`` before writing, so the next process's replay, the
+    sink's records gone, is refused instead of passing behind the old refusal: written
+    once."""
+    if built == "inside-a-batch-call":
+        monkeypatch.setattr("fanout.fan_out.batch_call", lambda spark: "query q-1")
+    ledger = LosesOneMark("lake", 1)
+    ledger.mark_committed(LedgerEntry("orders", "lake", 0, "committed", rows=3))
+    lake = Restored("lake")
+    fan = _fan(tmp_path, ledger, lake)
+    monkeypatch.undo()
+    planned = _planned(tmp_path / "cp", 1, _now_ms() + 5)
+    with pytest.raises(TargetLostError):
+        fan(Frame(), 1)
+    assert _refusals(ledger) == [(0, 1, planned)]
+    lake.lost = False  # the target restored; the query starts again in this process
+    with pytest.raises(BatchFailedError):
+        fan(Frame(), 1)  # written, its mark lost
+    fan.close()
+    assert lake.calls == [(1, 1)]
+    assert [(r.status, r.batch_timestamp_ms) for r in ledger.refusal_rows("orders", 0, 1)] == [
+        ("refused", planned),
+        ("admitted", planned),
+    ]
+    time.sleep(0.02)  # the next process's FanOut is born after the batch was planned
+    again = _fan(tmp_path, ledger, lake)
+    with pytest.raises(SinkRecordsGoneError):
+        again(Frame(), 1)
+    again.close()
+    assert lake.calls == [(1, 1)]  # not written a second time
+    assert _refusals(ledger) == [(0, 1, planned)]
+
+
+def test_an_unpickled_fan_out_records_the_refusal_of_its_first_batch(tmp_path: Path) -> None:
+    """Under Spark Connect the server's worker unpickles the FanOut at the query's setup
+    (born then), the run plans batch 1, and the FanOut is built at that batch, which it
+    refuses before writing (a lost target): the refusal is recorded. Its birth for the
+    rows was the build, after the planning: no row, the replay falsely refused later."""
+    from pyspark import cloudpickle
+
+    path = str(tmp_path / "ledger")
+    seed = DeltaLedger(path)
+    seed.open()
+    seed.mark_committed(
+        LedgerEntry("orders", "lake", 0, "committed", rows=3, finished_at=now_utc())
+    )
+    fan = FanOut("orders", path, [LostTarget("lake")], retries=0,
+                 checkpoint_location=str(tmp_path / "cp"))  # fmt: skip
+    fan.close()
+    copy: FanOut = cloudpickle.loads(cloudpickle.dumps(fan))
+    time.sleep(0.01)
+    planned = _planned(tmp_path / "cp", 1, _now_ms())
+    time.sleep(0.01)
+    with pytest.raises(TargetLostError):
+        copy(Frame(), 1)  # built here, with this batch
+    rows = DeltaLedger(path).refusal_rows("orders", 0, 1)
+    assert [(r.status, r.sink, r.attempt, r.batch_timestamp_ms) for r in rows] == [
+        (REFUSED, NO_SINK, 1, planned)
+    ]
+
+
+def test_a_refusal_the_ledger_does_not_record_in_time_goes_on_without_its_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stop gate's refusal with a ledger store that hangs: the refusal leaves after
+    ``RECORD_WAIT_S`` (``fanout run``'s stop is not held up), warned; the row is dropped,
+    and not appended when the store answers later (a replay may have read the rows by
+    then)."""
+    from fanout.steps import refused
+
+    release = threading.Event()
+    timer = threading.Timer(10, release.set)  # no test waits for ever
+    timer.daemon = True
+    timer.start()
+
+    class Hanging(MemoryLedger):
+        hangs = False
+
+        def refusal_rows(self, pipeline: str, epoch: int, batch_id: int) -> list[LedgerEntry]:
+            if self.hangs:
+                release.wait()
+            return super().refusal_rows(pipeline, epoch, batch_id)
+
+    monkeypatch.setattr(refused, "RECORD_WAIT_S", 0.3)
+    ledger = Hanging()
+    fan = _fan(tmp_path, ledger)
+    _planned(tmp_path / "cp", 0, _now_ms() + 5)
+    fan.request_stop()
+    ledger.hangs = True
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING), pytest.raises(StopRequestedError):
+        fan(Frame(), 0)
+    took = time.monotonic() - started
+    release.set()
+    timer.cancel()
+    for thread in threading.enumerate():
+        if thread.name == "fanout-orders-refused":
+            thread.join(5)
+    fan.close()
+    assert took < 3, took
+    assert _refusals(ledger) == []
+    assert _warned(caplog, "took more than").startswith(
+        "pipeline orders, batch 0: refused, but recording so in the ledger took more than "
+        "0.3 s (the ledger's or the checkpoint's store does not answer); not recorded"
+    )
+    assert "`--accept-lost-target <sink>`" in _warned(caplog, "<sink>")

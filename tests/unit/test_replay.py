@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from fanout import BatchInfo, FanOut, SinkRecordsGoneError
-from fanout.errors import BatchFailedError
+from fanout.errors import BatchFailedError, MissedBatchesError
 from fanout.ledger.entry import LedgerEntry
 from fanout.ledger.memory import MemoryLedger
 from fanout.ledger.refusals import record_admitted, record_refused, refused_unwritten
@@ -354,3 +354,65 @@ def test_a_replay_admitted_once_and_killed_is_refused_at_its_next_replay() -> No
         fan.process(FakeFrame(), _info(1, 1_000))
     fan.close()
     assert k.calls == []
+
+
+class AppTxns(Unsure):
+    """Keeps a record of each batch it wrote rows for (``kept``: those not expired), none
+    of a batch that wrote none: ``records_gone`` about a batch without one says they are
+    gone, as the Delta sink's app transactions do."""
+
+    def __init__(self, name: str, kept: set[int]) -> None:
+        super().__init__(name)
+        self.kept = kept
+
+    def records_gone(self, pipeline: str, epoch: int, batch_id: int) -> str | None:
+        self.asked.append(("gone", epoch, batch_id))
+        return None if batch_id in self.kept else GONE
+
+
+@pytest.mark.parametrize(
+    ("rows", "gone_asked"),
+    [
+        ([3, 0], [("gone", 0, 0)]),  # an empty batch after one that wrote: asked about that one
+        ([0, 0], []),  # no batch of the epoch wrote a row: no record ever existed, not asked
+    ],
+    ids=["empty-after-written", "none-written"],
+)
+def test_a_replay_asks_records_gone_about_the_newest_mark_that_wrote_rows(
+    rows: list[int], gone_asked: list[tuple[str, int, int]]
+) -> None:
+    """Batches 0 and 1 marked, batch 1 (or both) empty: the sink committed no record of an
+    empty batch, so a question about batch 1's records would read "expired" (a false
+    refusal); the replay of batch 2 is written."""
+    ledger = MemoryLedger()
+    for batch, count in enumerate(rows):
+        ledger.mark_committed(LedgerEntry("p", "k", batch, "committed", rows=count))
+    k = AppTxns("k", kept={0} if rows[0] else set())
+    fan = _fan(ledger, k)
+    fan.process(FakeFrame(), _info(2, 1_000))
+    fan.close()
+    assert k.calls == [(2, 1)]
+    assert k.asked == [("holds", 0, 1), ("holds", 0, 2), *gone_asked]
+    assert ledger.last_committed("p", ["k"], 0) == {"k": 2}
+
+
+def test_a_replay_passed_by_its_refusal_row_then_refused_by_a_later_check_stays_unwritten() -> None:
+    """Batch 2's first attempt was refused before writing (its row); its replay passes the
+    replay check by that row, then the gap check refuses it (sink g missed batch 1) before
+    any write: no ``admitted`` row, so the next replay still passes by the refusal."""
+    ledger = MemoryLedger()
+    for sink, marks in (("k", (0, 1)), ("g", (0,))):
+        for batch in marks:
+            ledger.mark_committed(LedgerEntry("p", sink, batch, "committed", rows=3))
+    record_refused(ledger, "p", 0, 2, 1_000)
+    k, g = Unsure("k"), ScriptedSink("g")
+    fan = _fan(ledger, k, g)
+    with pytest.raises(MissedBatchesError):
+        fan.process(FakeFrame(), _info(2, 1_000))
+    fan.close()
+    assert k.calls == [] and g.calls == []
+    assert ("gone", 0, 1) in k.asked  # the replay check ran, and passed by the row
+    assert [(r.status, r.batch_timestamp_ms) for r in ledger.refusal_rows("p", 0, 2)] == [
+        ("refused", 1_000)
+    ]
+    assert refused_unwritten(ledger, "p", 0, 2, 1_000) is True
