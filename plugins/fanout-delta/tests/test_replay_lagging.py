@@ -11,8 +11,6 @@ it is written. Real Spark, Delta sinks, ledger and spool."""
 from __future__ import annotations
 
 import logging
-import re
-import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from fanout.delta_tables.retention import PROPERTY
 from fanout.ledger.delta import DeltaLedger
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.testing.faults import DieAfterWrite, DieBeforeWrites, DriverKilled
-from tests.cli_process import fanout_process
+from tests.cli_process import fanout_process, printed_command
 
 pytestmark = pytest.mark.integration
 
@@ -113,9 +111,9 @@ def _marks(tmp_path: Path, *sinks: str) -> dict[str, int | None]:
 
 def _skip_as_printed(error: str) -> None:
     """Run the ``fanout ledger skip`` the refusal prints, as printed, through the CLI."""
-    found = re.search(r"`(fanout ledger skip [^`]*--release-spooled)`", error)
-    assert found is not None, error
-    done = fanout_process(*shlex.split(found.group(1))[1:])
+    args = printed_command(error, "fanout ledger skip")
+    assert args[-1] == "--release-spooled", args  # the batch is released from the spool
+    done = fanout_process(*args)
     assert done.returncode == 0, done.stderr
     assert "released batch(es) 1 from the spool" in done.stdout, done.stdout
 
