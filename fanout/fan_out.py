@@ -120,6 +120,7 @@ from fanout.steps.replay import (
     refuse_unproven_replay,
     warn_built_in_batch,
 )
+from fanout.steps.replay_lag import SpooledReplays, doubt
 from fanout.steps.resume import query_checkpoint, why_wait
 from fanout.steps.shared_frame import RecentLayouts
 from fanout.steps.source_fit import refuse_unfit
@@ -391,7 +392,7 @@ class FanOut:
             self.lagging, self.specs, self._record, self.hooks, self._dead_letter_target,
             self._spark, probe_interval_s, ledger_location(self.ledger),
             pipeline_file=self.pipeline_file, abandoned=self.abandoned,
-            earlier_of=self._earlier_letters,
+            earlier_of=self._earlier_letters, replays=self._spooled_replays(),
         )  # fmt: skip
         self.abandoned.on_done = self.catchup.wake
         self.lagging.on_reopened = self.catchup.wake
@@ -414,6 +415,19 @@ class FanOut:
             where = ledger_location(self.ledger)
             warn_left_out(self.pipeline, self.specs, self.spool, where, given_up)
             warn_given_up(self.pipeline, kept, self.spool, where)
+
+    def _spooled_replays(self) -> SpooledReplays:
+        """What the catch-up asks a sink about a batch spooled for it from a replay
+        (:mod:`fanout.steps.replay_lag`)."""
+        spool = None if self.spool is None else command_location(self.spool.path)
+        return SpooledReplays(
+            self.specs,
+            self.ledger,
+            self._accept_lost,
+            ledger_location(self.ledger),
+            spool,
+            self.pipeline_file,
+        )
 
     def _release_start(self) -> None:
         """``FanOut(...)`` failed: release what it acquired before the error, which its
@@ -1399,7 +1413,8 @@ class FanOut:
             batch = Batch(state.df, state.info, name, txn_app_id(self.pipeline, name, epoch))
             self._record.failed(batch, 1, now_utc(), 0.0, refused)
             raise
-        self._lose(lost)
+        self._lose(lost)  # each lags, its failed attempt recorded at 3b (hold_back)
+        doubt(state, opened, check)  # spooled so, its catch-up asks (steps/replay_lag)
         return unwritten
 
     def _refused_before_writing(self, info: BatchInfo) -> bool:

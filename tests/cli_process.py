@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -18,3 +20,12 @@ def fanout_process(*args: str) -> subprocess.CompletedProcess[str]:
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         check=False,
     )
+
+
+def printed_command(text: str, command: str) -> list[str]:
+    """The arguments (after ``fanout``) of the first command in backticks in ``text`` that
+    starts with ``command`` (``"fanout ledger skip"``), as a shell splits it: a message's
+    way on, to run as printed with :func:`fanout_process`."""
+    found = re.search(f"`({re.escape(command)}[^`]*)`", text)
+    assert found is not None, f"no `{command} ...` in: {text}"
+    return shlex.split(found.group(1))[1:]

@@ -16,8 +16,10 @@
   of its own types (:func:`changed_types`): delta-rs would cast them to the table's.
 - ``<spool>/index``: one row per (batch, sink that needs it), with what the batch's ledger
   marks must carry (query id, source offsets, planning time), the batch's Spark
-  schema, and the sinks configured when it was spooled (``party``: an older epoch's batch
-  is settled only once each of them holds it, :func:`fanout.spool.settled.party_of`). Rows of
+  schema, the sinks configured when it was spooled (``party``: an older epoch's batch
+  is settled only once each of them holds it, :func:`fanout.spool.settled.party_of`), and
+  whether it was spooled for the sink from a replay an earlier attempt may have written
+  (``replayed``: its catch-up asks the sink first, :mod:`fanout.steps.replay_lag`). Rows of
   a replayed batch may repeat; readers take the union.
 
 A batch's index rows go once the sinks they name have committed it (:meth:`Spool.release`,
@@ -111,6 +113,11 @@ class SpooledBatch:
     files_read: bool = False
     """Whether ``size_bytes`` was read from the data table (else it is unknown: a reader of
     the index alone)."""
+    replayed: frozenset[str] = frozenset()
+    """The sinks it was spooled for from a batch Spark replayed whose earlier attempt may
+    have written it (:attr:`fanout.steps.state.BatchState.doubted`): before the catch-up
+    writes it to one of them, the sink is asked whether it can tell it holds the batch
+    (:mod:`fanout.steps.replay_lag`). Kept in the index, so a later run asks too."""
 
     @property
     def key(self) -> BatchKey:
@@ -156,6 +163,7 @@ def index_schema() -> pa.Schema:
             pa.field("batch_timestamp_ms", pa.int64()),
             pa.field("spooled_at", pa.timestamp("us", tz="UTC")),
             pa.field("party", pa.string()),  # JSON list; absent from older indexes
+            pa.field("replayed", pa.bool_()),  # absent from older indexes
         ]
     )
 
@@ -288,11 +296,16 @@ class Spool:
         now: datetime,
         arrow: Callable[[], pa.Table] | None = None,
         party: Iterable[str] | None = None,
+        *,
+        replayed: bool = False,
     ) -> SpooledBatch:
         """Spool batch ``info`` (the sinks needing it, every call; its rows, once) and
         return it as the index now knows it. ``arrow`` gives the batch as Arrow when a
         conversion is shared with the sinks (default: ``df.toArrow()``); ``party``: every
-        sink configured now (:attr:`SpooledBatch.party`). Raises
+        sink configured now (:attr:`SpooledBatch.party`); ``replayed``: a replay an
+        earlier attempt may have written, recorded for the sinks ``needed_by``
+        (:attr:`SpooledBatch.replayed`; an index row is appended for a sink already
+        recorded without it). Raises
         :class:`fanout.SpoolError`, and :class:`fanout.CheckpointResetError` or
         :class:`fanout.CheckpointRollbackError` when the spool holds a batch of the same
         id from another query or another plan (:meth:`check`)."""
@@ -300,7 +313,7 @@ class Spool:
         key = (info.epoch, info.batch_id)
         with self._lock:  # one writer at a time: a removal's vacuum must not see our files
             self.check(info)
-            return self._add(df, info, sinks, key, now, arrow, party)
+            return self._add(df, info, sinks, key, now, arrow, party, replayed)
 
     def check(self, info: BatchInfo) -> None:
         """Refuse batch ``info`` when the spool holds a batch of the same ``(epoch, batch
@@ -333,6 +346,7 @@ class Spool:
         now: datetime,
         arrow: Callable[[], pa.Table] | None,
         party: Iterable[str] | None = None,
+        replayed: bool = False,
     ) -> SpooledBatch:
         # The index row first, then the rows if a fresh snapshot lacks them: a removal in
         # another instance deletes a batch's rows only when no index row of it remains, so
@@ -359,8 +373,10 @@ class Spool:
                 None if info.source_offsets is None else json.dumps(info.source_offsets),
                 info.batch_timestamp_ms,
                 party=None if party is None else frozenset(party),
+                replayed=sinks if replayed else frozenset(),
             )
             new_sinks = sinks - (existing.needed_by if existing else frozenset())
+            new_sinks |= batch.replayed - (existing.replayed if existing else frozenset())
             if new_sinks:
                 self._append_index(batch, new_sinks)
             data = open_table(self.data_path, self.storage_options)  # one snapshot serves all
@@ -417,8 +433,9 @@ class Spool:
             for key in sorted(pairs):
                 if key in left:  # spooled for other sinks (by another instance): kept
                     needed = frozenset[str]().union(*(r.needed_by for r in left[key]))
+                    replayed = frozenset[str]().union(*(r.replayed for r in left[key]))
                     known = self._batches.get(key) or left[key][0]
-                    self._batches[key] = replace(known, needed_by=needed)
+                    self._batches[key] = replace(known, needed_by=needed, replayed=replayed)
                 else:
                     self._batches.pop(key, None)
             self._delete_rows(sorted(set(pairs) - set(left)))
@@ -624,6 +641,7 @@ class Spool:
                 "batch_timestamp_ms": batch.batch_timestamp_ms,
                 "spooled_at": batch.spooled_at,
                 "party": None if batch.party is None else json.dumps(sorted(batch.party)),
+                "replayed": sink in batch.replayed,
             }
             for sink in sorted(sinks)
         ]
@@ -631,7 +649,7 @@ class Spool:
             self.index_path,
             pa.Table.from_pylist(rows, schema=index_schema()),
             mode="append",
-            schema_mode="merge",  # an index an older version created has no party column
+            schema_mode="merge",  # an older version's index lacks the party, replayed columns
             storage_options=dict(self.storage_options or {}) or None,
         )
 
@@ -799,6 +817,7 @@ def _from_index_row(row: Mapping[str, Any]) -> SpooledBatch:
         source_offsets=row["source_offsets"],
         batch_timestamp_ms=row["batch_timestamp_ms"],
         party=frozenset(json.loads(row["party"])) if row.get("party") else None,
+        replayed=frozenset([row["sink"]]) if row.get("replayed") else frozenset(),
     )
 
 
@@ -807,7 +826,12 @@ def _merged(current: SpooledBatch | None, batch: SpooledBatch) -> SpooledBatch:
     if current is None:
         return batch
     party = _union(current.party, batch.party)
-    return replace(current, needed_by=current.needed_by | batch.needed_by, party=party)
+    return replace(
+        current,
+        needed_by=current.needed_by | batch.needed_by,
+        party=party,
+        replayed=current.replayed | batch.replayed,
+    )
 
 
 def _union(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:

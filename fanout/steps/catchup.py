@@ -30,6 +30,7 @@ from fanout.errors import (
     BackfillError,
     MissedBatchesError,
     RenamedSinkError,
+    SinkRecordsGoneError,
     SinkTimeoutError,
     TargetLostError,
 )
@@ -43,6 +44,7 @@ from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.table import BatchKey
 from fanout.steps.lag import Backlog, Lagging
 from fanout.steps.record import Recorder
+from fanout.steps.replay_lag import SpooledReplays
 from fanout.steps.timeout import AbandonedWrite, AbandonedWrites, TimedWrite
 from fanout.steps.write import SinkOutcome, SinkRunner, run_timed
 
@@ -108,6 +110,8 @@ class CatchUp:
         their sink is not written while one runs (:mod:`fanout.steps.timeout`).
     :param earlier_of: what a sink's earlier dead-letter targets hold of a batch
         (:mod:`fanout.deadletters.moved`).
+    :param replays: asks a sink about a batch spooled for it from a replay before it is
+        written (:mod:`fanout.steps.replay_lag`); ``None``: not asked.
     """
 
     def __init__(
@@ -124,8 +128,10 @@ class CatchUp:
         pipeline_file: str | None = None,
         abandoned: AbandonedWrites | None = None,
         earlier_of: EarlierOf | None = None,
+        replays: SpooledReplays | None = None,
     ) -> None:
         self.lagging = lagging
+        self.replays = replays
         self.earlier_of = earlier_of
         self.abandoned = abandoned
         self.ledger_location = ledger_location
@@ -500,6 +506,9 @@ class CatchUp:
             if isinstance(unopened, TargetLostError | RenamedSinkError):  # its reopen's check
                 self._record_lost(sink, key, unopened)
             return unopened
+        refused = self._refused_replay(sink, key)
+        if refused is not None:
+            return refused
         try:
             df, info = self._read(sink, key)
         except Exception as exc:
@@ -540,6 +549,22 @@ class CatchUp:
         )  # fmt: skip
         return None
 
+    def _refused_replay(self, sink: str, key: BatchKey) -> SinkRecordsGoneError | None:
+        """The refusal of batch ``key``, spooled for ``sink`` (open) from a replay its
+        earlier attempt may have written, which the sink cannot tell it holds
+        (:meth:`fanout.steps.replay_lag.SpooledReplays.refusal`): it then lags with it for
+        the rest of the run, never written (:meth:`fanout.steps.lag.Lagging.lose`), as at
+        step 3c, recorded as a failed attempt of the batch (a skip may name it)."""
+        spool = self.lagging.spool
+        if self.replays is None or spool is None:
+            return None
+        spooled = spool.get(key)
+        refused = self.replays.refusal(sink, spooled, self.lagging.mark(sink, key[0]))
+        if refused is not None:
+            self.lagging.lose(sink, refused)
+            self._record_lost(sink, key, refused)
+        return refused
+
     def _moved_past(self, sink: str, key: BatchKey) -> bool:
         """Whether ``sink``'s mark, read again from the ledger after its catch-up of batch
         ``key`` failed, holds the batch now: another process moved it past (an operator's
@@ -574,9 +599,9 @@ class CatchUp:
         self, sink: str, key: BatchKey, error: TargetLostError | RenamedSinkError
     ) -> None:
         """Record, once per run, the refused catch-up of ``sink`` (its target lost, or it
-        was found renamed: its reopen's check) as a
-        failed attempt of its next batch ``key``: ``fanout status`` shows it, with the
-        ways on, also when no live batch runs."""
+        was found renamed: its reopen's check; or a spooled replay it cannot tell it
+        holds: :meth:`_refused_replay`) as a failed attempt of its next batch ``key``:
+        ``fanout status`` shows it, with the ways on, also when no live batch runs."""
         with _current_lock:
             if sink in self._told_lost:
                 return

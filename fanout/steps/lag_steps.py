@@ -213,7 +213,10 @@ def hold_back(
     abandoned at its ``write_timeout_s``, still runs (``abandoned``; that batch, spooled,
     keeps it behind, unless its spooling failed and it is replayed). So does one the
     catch-up is writing with its backlog emptied meanwhile (a ``fanout ledger skip`` in
-    another process moved its mark past: :meth:`fanout.steps.catchup.CatchUp.writing`).
+    another process moved its mark past: :meth:`fanout.steps.catchup.CatchUp.writing`),
+    and one opened since step 3c, which could not ask it about this replay
+    (:attr:`fanout.steps.state.BatchState.unchecked`: its catch-up asks it,
+    :mod:`fanout.steps.replay_lag`).
     First, a batch whose id the spool holds from another query or plan is refused
     (:meth:`fanout.spool.table.Spool.check`), before any sink writes it."""
     if not lagging.sinks:
@@ -231,6 +234,10 @@ def hold_back(
             state.lagged[name] = error
             batch = Batch(state.df, state.info, name, txn_app_id(state.info.pipeline, name, key[0]))
             record.failed(batch, 1, now_utc(), 0.0, error)
+            continue
+        if name in state.unchecked:  # opened since step 3c, which could not ask it about
+            state.pending.remove(name)  # this replay: spooled, its catch-up asks it
+            state.lagging[name] = Backlog(name, [key])
             continue
         backlog = lagging.backlog(name)
         if not backlog and abandoned is not None and (running := abandoned.running(name)):
@@ -310,7 +317,10 @@ def start_spooling(
         return None
     spool, arrow = lagging.spool, _arrow_of(state)
     party = party_of_batch(state, lagging, specs)
-    task = partial(spool.add, state.df, state.info, needed, now_utc(), arrow, party=party)
+    task = partial(
+        spool.add, state.df, state.info, needed, now_utc(), arrow, party=party,
+        replayed=state.doubted,
+    )  # fmt: skip
     pool = ThreadPoolExecutor(1, thread_name_prefix=f"fanout-{state.info.pipeline}-spool")
     try:
         return pool.submit(in_spark_thread(task, state.df))
@@ -355,8 +365,9 @@ def spool_for_lagging(
     if (missing or (needed and started is None)) and lagging.spool is not None:
         party = party_of_batch(state, lagging, specs)
         lagging.spool.add(
-            state.df, state.info, missing or needed, now_utc(), _arrow_of(state), party=party
-        )
+            state.df, state.info, missing or needed, now_utc(), _arrow_of(state), party=party,
+            replayed=state.doubted,
+        )  # fmt: skip
         state.spooled = key
 
 

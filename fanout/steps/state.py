@@ -63,6 +63,13 @@ class BatchState:
     (``None``: not counted, or the count failed)."""
     spooled: tuple[int, int] | None = None
     """``(epoch, batch_id)`` when step 6b spooled the batch."""
+    doubted: bool = False
+    """A batch Spark replays whose earlier attempt may have written it (step 3c: not one
+    fanout refused before any write): spooled, it is recorded so, and its catch-up asks
+    the sink first (:mod:`fanout.steps.replay_lag`)."""
+    unchecked: frozenset[str] = frozenset()
+    """The lag sinks step 3c could not ask about this doubted replay (not opened then):
+    held back from it even once opened (step 3b), their catch-up asks them."""
 
     @property
     def batch_id(self) -> int:

@@ -161,3 +161,13 @@ def hides_aborted(bootstrap: str) -> bool:
     consumer.close()
     assert b"committed" in seen, f"the probe read nothing committed from {bootstrap}"
     return b"aborted" not in seen
+
+
+def delete_marker_groups(bootstrap: str, pipeline: str, sink: str, partitions: int) -> None:
+    """Delete the marker group of each of a sink's ``partitions`` in ``pipeline``'s first
+    epoch, as an operator cleaning "unused" consumer groups does (or the broker's offset
+    retention): the sink then cannot tell which batches its topic holds."""
+    groups = [marker_group(pipeline, sink, p) for p in range(partitions)]
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        for deleted in admin.delete_consumer_groups(groups).values():
+            deleted.result(10)

@@ -1,0 +1,133 @@
+"""A batch Spark replays that reaches a lagging sink from the spool, not live
+(docs/architecture.md §5, "A batch Spark replays"; §14.4).
+
+Step 3c (:mod:`fanout.steps.replay`) asks each open pending sink whether it can tell it
+holds a replayed batch; one with ``on_failure="lag"`` that cannot, its own records gone,
+lags with the refusal, and the batch is spooled for it. So is the batch for a lag sink
+3c could not ask (not opened yet, or lost before). Spark then commits the batch, and the
+next run no longer sees a replay: its catch-up would write the spooled batch with the
+sink unable to tell whether the attempt before wrote it. So a doubted replay
+(:func:`doubt`) is recorded in the spool's index for the sinks it is spooled for
+(:attr:`fanout.spool.table.SpooledBatch.replayed`, kept across runs), and the catch-up (the
+thread, a drain, the final catch-up: every write of a reopened sink) asks the sink the
+same question before it writes such a batch (:meth:`SpooledReplays.refusal`): the same
+:func:`fanout.steps.replay.unproven_sinks`, the same refusal with the same ways on, the
+same ``accept_lost_targets``. A sink 3c could not ask that opens before step 3b is held
+back from the batch (:attr:`fanout.steps.state.BatchState.unchecked`), so the catch-up
+asks it too. Nothing of this runs on a batch that is not a replay.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
+
+from fanout.contract.batch import BatchInfo
+from fanout.errors import SinkRecordsGoneError, shell_word
+from fanout.ledger.entry import Ledger
+from fanout.ledger.gaps import release_command, skip_command
+from fanout.observe.secrets import redact
+from fanout.sink_spec import SinkSpec, write_timeout
+from fanout.spool.table import SpooledBatch
+from fanout.steps.lost_target import target_text
+from fanout.steps.replay import ReplayCheck, unproven_sinks
+from fanout.steps.state import BatchState
+
+log = logging.getLogger("fanout")
+
+
+def doubt(state: BatchState, asked: Collection[str], check: ReplayCheck) -> None:
+    """After step 3c passed: whether the batch is a replay its earlier attempt may have
+    written (:attr:`BatchState.doubted`: Spark replays it, and fanout did not refuse that
+    attempt before any write), and which of its pending sinks 3c did not ask, not being in
+    ``asked`` (:attr:`BatchState.unchecked`)."""
+    if not state.info.replayed or check.refused_before_writing:
+        return
+    state.doubted = True
+    state.unchecked = frozenset(name for name in state.pending if name not in asked)
+
+
+@dataclass(frozen=True)
+class SpooledReplays:
+    """What the catch-up needs to ask a sink about a spooled replay before writing it.
+
+    :param specs: every sink's spec.
+    :param store: the ledger, read for the sink's marks that wrote rows.
+    :param accepted: ``accept_lost_targets``: written on, warned.
+    :param ledger: the ledger as commands name it.
+    :param spool: the spool as commands name it.
+    :param pipeline_file: the pipeline file, for the ``fanout run`` the refusal names.
+    """
+
+    specs: Mapping[str, SinkSpec]
+    store: Ledger
+    accepted: Collection[str] = ()
+    ledger: str | None = None
+    spool: str | None = None
+    pipeline_file: str | None = None
+
+    def refusal(
+        self, sink: str, spooled: SpooledBatch | None, mark: int | None
+    ) -> SinkRecordsGoneError | None:
+        """The refusal of writing ``spooled`` to ``sink`` (open; ``mark``: its last mark of
+        the batch's epoch): a batch spooled for it from a doubted replay, holding rows,
+        that the sink cannot tell it holds while its own records are gone
+        (:func:`fanout.steps.replay.unproven_sinks`); ``None`` for any other batch, and for
+        one of ``accepted`` (warned: written). Logged."""
+        if spooled is None or sink not in spooled.replayed or spooled.rows == 0:
+            return None
+        spec = self.specs[sink]
+        info = replace(spooled.info(), replayed=True)
+        timeout = write_timeout(spec)
+        state = BatchState(None, info, {sink: mark}, pending=[sink])
+        timeouts = {} if timeout is None else {sink: timeout}
+        gone = unproven_sinks(state, {sink: spec.sink}, timeouts, ledger=self.store)
+        reason = gone.get(sink)
+        if reason is None:
+            return None
+        if sink in self.accepted:
+            log.warning(
+                "pipeline %s, sink %s: batch %s of epoch %s, spooled for the sink from a "
+                "replay, is one it cannot tell its target holds (%s); accepted "
+                "(accept_lost_targets): the catch-up writes it, a second time if the attempt "
+                "before the replay wrote it", info.pipeline, sink, info.batch_id, info.epoch,
+                reason,
+            )  # fmt: skip
+            return None
+        error = SinkRecordsGoneError(
+            redact(self._message(info, sink, reason), spec.sink.secret_values()),
+            sink=sink,
+            batch_id=info.batch_id,
+        )
+        log.error("%s", error)
+        return error
+
+    def _message(self, info: BatchInfo, sink: str, reason: str) -> str:
+        """The refusal of spooled batch ``info`` to ``sink`` (``reason``: its
+        ``records_gone``)."""
+        batch, epoch = info.batch_id, info.epoch
+        if self.ledger is not None and self.spool is not None:
+            skip = release_command(self.ledger, info.pipeline, sink, batch, epoch, self.spool)
+        else:
+            skip = skip_command(self.ledger, info.pipeline, sink, batch, epoch)
+        run = f"fanout run {self.pipeline_file or 'PIPELINE.toml'}"
+        accept = f"`{run} --accept-lost-target {shell_word(sink)}`"
+        if self.pipeline_file is None:  # a FanOut of the caller's own
+            accept += f" (FanOut(accept_lost_targets=[{sink!r}]))"
+        offsets = info.source_offsets if info.source_offsets is not None else "unknown"
+        return (
+            f"pipeline {info.pipeline!r}, sink {sink!r}: batch {batch} of epoch {epoch} was "
+            "spooled for the sink from a replay (Spark ran it again after an attempt that "
+            f"may have written it to {target_text(self.specs[sink].sink)} and died before "
+            "the sink's ledger mark), and the sink cannot tell whether its target holds it, "
+            f"its own records of the epoch being gone: {reason}. Written from the spool, it "
+            "could be there twice. Nothing of it is written: the sink stays behind "
+            "(on_failure='lag'), its later batches waiting in the spool, and the other "
+            f"sinks go on. The batch's source offsets: {offsets}.\n"
+            "Ways on: look in the target for the batch's rows (the source offsets above name "
+            "its input). If it holds them, record the batch as done for the sink and release "
+            f"it from the spool: `{skip}`, then start again (the sink goes on with the batch "
+            f"after it). If it does not, accept it for the next run: {accept}, whose "
+            f"catch-up writes batch {batch} to it."
+        )
