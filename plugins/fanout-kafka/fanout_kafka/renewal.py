@@ -1,13 +1,20 @@
-"""Committing a scope's marker groups again when a run starts, so the broker keeps them.
+"""Committing a scope's marker groups again while runs go on, so the broker keeps them.
 
 The markers are offsets of member-less consumer groups, which a Kafka broker deletes
 ``offsets.retention.minutes`` (7 days by default) after the group's last commit. A
 partition commits its groups only in a transaction that wrote rows, so a pipeline idle
 for longer than that lost them, and a crash replay then could not tell which partitions
-held its batch. So at the first batch of each ``open()`` in a scope (never per batch),
-before the markers are read, the driver commits every writer's groups again, each to the
-offset it holds: the partitions' ``<prefix>-<p>`` (the sink's partition span, and the
-markers beyond it) and the route letters' ``<prefix>#route-0``.
+held its batch. So at the first batch of each ``open()`` in a scope, before the markers
+are read, the driver commits every writer's groups again, each to the offset it holds:
+the partitions' ``<prefix>-<p>`` (the sink's partition span, and the markers beyond it)
+and the route letters' ``<prefix>#route-0``. And again at a later batch of the same
+``open()`` once the last renewal in the scope is :func:`renewal_interval_s` old (half the
+brokers' ``offsets.retention.minutes``, read at ``open()`` with ``describe_configs``;
+Kafka's default when they do not say): a run whose batches go on for longer than the
+retention without rows for some partition (a quiet source, a route sending the sink
+nothing) lost those partitions' markers while it ran. Not per batch: one renewal per
+half retention. A run with no batch at all for longer than the retention still loses
+them: nothing runs to renew them.
 
 Per writer that has a marker: ``init_transactions`` with its own transactional id (a
 producer of that id initialised before, a killed run's task still alive, is fenced and its
@@ -34,6 +41,7 @@ is initialised again.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -68,6 +76,24 @@ log = logging.getLogger("fanout_kafka")
 
 ROUTE = "#route-0"
 """The transactional id suffix of the route letters' writer (:mod:`fanout_kafka.deadletter`)."""
+
+KAFKA_OFFSETS_RETENTION_MINUTES = 7 * 24 * 60
+"""Kafka's default ``offsets.retention.minutes`` (since 2.0), assumed when the brokers do
+not report theirs (Tansu keeps offsets for ever and reports none)."""
+
+
+def renewal_interval_s(retention_minutes: str | int | None) -> float:
+    """How long after a renewal a batch renews the markers again: half the brokers'
+    ``offsets.retention.minutes`` as ``describe_configs`` gives it
+    (:data:`KAFKA_OFFSETS_RETENTION_MINUTES` for ``None`` or a value that is no positive
+    number), so a group is committed again well before it can expire."""
+    try:
+        minutes = float(retention_minutes) if retention_minutes is not None else 0.0
+    except ValueError:
+        minutes = 0.0
+    if not 0 < minutes < math.inf:  # also NaN
+        minutes = KAFKA_OFFSETS_RETENTION_MINUTES
+    return minutes * 60 / 2
 
 
 @dataclass(frozen=True)
@@ -243,9 +269,11 @@ def _said(error: BaseException, secrets: Sequence[str]) -> str:
 
 
 __all__ = [
+    "KAFKA_OFFSETS_RETENTION_MINUTES",
     "ROUTE",
     "Renewal",
     "Writer",
     "renew_markers",
+    "renewal_interval_s",
     "writers",
 ]

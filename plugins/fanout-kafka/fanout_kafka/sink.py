@@ -159,6 +159,10 @@ class KafkaSink(PartitionedSink):
     topic_id_refresh_s: ClassVar[float] = 3600.0
     """How often a run commits its topic's id again (:meth:`_record_topic_id`): the broker
     forgets a group's offset ``offsets.retention.minutes`` after its last commit."""
+    marker_renewal_s: ClassVar[float | None] = None
+    """How long after a renewal of the marker groups a batch renews them again
+    (:mod:`fanout_kafka.renewal`); ``None``: half the brokers' ``offsets.retention.minutes``
+    (:func:`fanout_kafka.renewal.renewal_interval_s`)."""
     options = OPTIONS
 
     def __init__(
@@ -220,7 +224,9 @@ class KafkaSink(PartitionedSink):
         self._topic_id_recorded: tuple[float, str | None] | None = None
         # per scope, (monotonic time, span) of the partition span's last commit (open())
         self._spans: dict[str, tuple[float, int]] = {}
-        self._renewed: set[str] = set()  # scopes whose marker groups this open() renewed
+        # per scope, the monotonic time of this open()'s last renewal of its marker groups
+        self._renewed: dict[str, float] = {}
+        self._offsets_retention: str | None = None  # the brokers' (open()), None: unknown
         # the names the pipeline configures, until the first write in a scope asked for a
         # vanished name's batch at the topic's end (fanout_kafka.renamed): open()
         self._vanished_unasked: tuple[str, ...] = ()
@@ -248,7 +254,8 @@ class KafkaSink(PartitionedSink):
         self._dead = context.dead_letters
         self._topic_id_recorded = None
         self._spans = {}
-        self._renewed = set()
+        self._renewed = {}
+        self._offsets_retention = None
         self._prefix_unchecked = True
         self._check_options()
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
@@ -425,9 +432,9 @@ class KafkaSink(PartitionedSink):
         markers they held back are applied (:mod:`fanout_kafka.abandoned`). Once per
         ``open()`` of a sink on the default ``transactional_id_prefix``, the former
         default's ids are initialised first (fencing an older version's producers), and
-        once per ``open()`` and scope the markers found are committed again, so the
-        brokers' ``offsets.retention.minutes`` counts from this run
-        (:mod:`fanout_kafka.renewal`).
+        at the first batch of each ``open()`` and scope, and again once that renewal is
+        half the brokers' ``offsets.retention.minutes`` old, the markers found are
+        committed again, so the retention counts from then (:mod:`fanout_kafka.renewal`).
 
         Read once per attempt: by the kit's :meth:`check_replay` when it runs (refusing a
         replay whose topic, encoding, dead-letter target or route differs from what the
@@ -760,11 +767,25 @@ class KafkaSink(PartitionedSink):
             self._prefix_unchecked = False  # once per open()
         if self._unsettled and self._end_turns is not None:
             end_abandoned_transactions(settings, span, batch.batch_id)
-        if settings.scope not in self._renewed:  # once per open() and scope: not per batch
-            renew_markers(settings, span, batch.batch_id)
-            self._renewed.add(settings.scope)
+        self._renew_markers(settings, span, batch.batch_id)
         self._unsettled = True  # until every partition of this attempt reports
         return read_committed(settings, batch.batch_id, span)
+
+    def _renew_markers(self, settings: WriterSettings, span: int, batch_id: int) -> None:
+        """Commit the scope's marker groups again (:func:`fanout_kafka.renewal.
+        renew_markers`) at the first batch of this ``open()`` in the scope, and at a
+        later batch once that renewal is :attr:`marker_renewal_s` old (by default half
+        the brokers' ``offsets.retention.minutes``): no request in the other batches."""
+        from fanout_kafka.renewal import renewal_interval_s
+
+        interval = self.marker_renewal_s
+        if interval is None:
+            interval = renewal_interval_s(self._offsets_retention)
+        last = self._renewed.get(settings.scope)
+        now = time.monotonic()  # before the commits: the retention counts from after it
+        if last is None or now - last >= interval:
+            renew_markers(settings, span, batch_id)
+            self._renewed[settings.scope] = now
 
     def _fence_former_prefix(self, settings: WriterSettings, span: int, batch_id: int) -> None:
         """Fence the ids of the former default prefix (a sink on the default,
@@ -1286,7 +1307,7 @@ class KafkaSink(PartitionedSink):
         ``offsets.retention.minutes``: a query restarted later than that after a crash in
         the middle of a batch writes that batch's committed partitions again. Say how long
         the window is (a warning when it is under a week)."""
-        value = cluster.broker_config("offsets.retention.minutes")
+        value = self._offsets_retention = cluster.broker_config("offsets.retention.minutes")
         if value is None:
             log.info(
                 "sink %r: the broker does not report offsets.retention.minutes; the partition "

@@ -1,6 +1,7 @@
-"""A run commits the Kafka sink's marker groups again at its first batch
-(:mod:`fanout_kafka.renewal`), so the brokers' ``offsets.retention.minutes`` counts from
-the run's start, not from the last batch that wrote rows.
+"""A run commits the Kafka sink's marker groups again at its first batch, and at a later
+batch once that renewal is half the brokers' ``offsets.retention.minutes`` old
+(:mod:`fanout_kafka.renewal`), so the retention counts from the run's start and then from
+the last renewal, not from the last batch that wrote rows.
 
 Tansu keeps committed offsets for ever (it has no ``offsets.retention.minutes``), so the
 renewal is seen where it happens: the driver's renewal producers are wrapped to record
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import uuid
 import warnings
 from dataclasses import replace
@@ -21,7 +23,8 @@ from typing import Any
 import confluent_kafka
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from fanout_kafka import renewal
+from fanout_kafka import KafkaSink, renewal
+from fanout_kafka import sink as sink_module
 from kafkatools import Broker, create_topic, marker
 from test_abandoned_transactions import PLAN, _batch, _commit, _sink
 
@@ -257,3 +260,72 @@ def test_a_renewal_that_fails_closes_its_producers_ends_what_it_left_open_and_hi
     assert SECRET not in caplog.text
     # the markers read as before
     assert [c.partition for c in sink.committed_partitions(_batch(pipeline), PLAN)] == [0, 1]
+
+
+def test_a_batch_renews_the_markers_again_once_the_last_renewal_is_the_interval_old(
+    kafka: Broker, renewals: list[_Spied], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partition 0 writes batch 0, then no rows in batches 1 to 3 (a quiet source): one
+    ``open()`` renews its groups at batch 2, the first batch once the renewal of batch 0
+    (none marked then) is the interval old (half the brokers' ``offsets.retention.minutes``;
+    here an hour, the sink's clock moved on), and not at batches 1 and 3. Before, only at an
+    ``open()``'s first batch: a run going on for longer than the retention lost them."""
+    monkeypatch.setattr(KafkaSink, "marker_renewal_s", 3600.0)
+    later = [0.0]  # what the sink's clock is moved on by
+    monkeypatch.setattr(sink_module, "time",
+                        SimpleNamespace(monotonic=lambda: time.monotonic() + later[0]))  # fmt: skip
+    topic, pipeline = f"rn-{uuid.uuid4().hex[:8]}", f"rn{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    sink = _sink(kafka, topic, pipeline)
+    try:
+        assert sink.committed_partitions(_batch(pipeline), PLAN) == []  # renews: none marked
+        _commit(sink, pipeline, 0, 0)
+        later[0] = 3599.0
+        assert sink.committed_partitions(_batch(pipeline, 1), PLAN) == []
+        assert renewals == []
+        groups = {
+            f"fanout/{pipeline}/events/p0{suffix}": marker(kafka.bootstrap, pipeline, "events",
+                                                           0, "__fanout_markers", suffix=suffix)
+            for suffix in SUFFIXES
+        }  # fmt: skip
+        assert groups[f"fanout/{pipeline}/events/p0"] == 1  # batch 0's
+        held = {group: offset for group, offset in groups.items() if offset >= 0}
+        assert sorted(held) == [f"fanout/{pipeline}/events/p0{s}" for s in ("", ".target")]
+        later[0] = 3601.0
+        assert sink.committed_partitions(_batch(pipeline, 2), PLAN) == []
+        assert [(r.transactional_id, r.committed, r.closed) for r in renewals] == [
+            (f"fanout/{pipeline}/events-0", held, True)
+        ]
+        later[0] = 7000.0
+        assert sink.committed_partitions(_batch(pipeline, 3), PLAN) == []
+        assert len(renewals) == 1  # not again before the interval
+    finally:
+        sink.close()
+
+
+def test_the_renewal_interval_is_half_the_retention_the_brokers_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The interval: half of ``offsets.retention.minutes`` as ``open()`` read it, or of
+    Kafka's default (7 days) when the brokers do not report it (Tansu) or report nonsense;
+    counted per scope from the last renewal there."""
+    week = 7 * 24 * 60
+    assert renewal.renewal_interval_s("60") == 1800.0
+    for unknown in (None, "", "x", "0", "-5", "nan", "inf"):
+        assert renewal.renewal_interval_s(unknown) == week * 30.0
+
+    sink = KafkaSink("events", bootstrap_servers="b:1", topic="t")
+    sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: "60"))
+    clock = [1000.0]
+    monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    asked: list[tuple[str, int]] = []
+
+    def renew(settings: Any, span: int, batch_id: int) -> None:
+        asked.append((settings.scope, batch_id))
+
+    monkeypatch.setattr(sink_module, "renew_markers", renew)
+    for at, scope, batch_id in [(0, "p", 0), (1799, "p", 1), (1800, "p", 2), (1801, "p", 3),
+                                (1801, "p@e1", 4), (3599, "p", 5), (3600, "p", 6)]:  # fmt: skip
+        clock[0] = 1000.0 + at
+        sink._renew_markers(SimpleNamespace(scope=scope), 2, batch_id)  # type: ignore[arg-type]
+    assert asked == [("p", 0), ("p", 2), ("p@e1", 4), ("p", 6)]
