@@ -21,18 +21,52 @@ held back are applied, and only then are the markers read.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from confluent_kafka import KafkaError, KafkaException, Producer
+
 from fanout.errors import TransientSinkError
+from fanout.observe.secrets import redact
 from fanout_kafka.membership import marked_beyond
+from fanout_kafka.options import secret_values
 from fanout_kafka.producer_init import init_transactions
 from fanout_kafka.turns import turn
 
 if TYPE_CHECKING:
     from fanout_kafka.settings import WriterSettings
+
+log = logging.getLogger("fanout_kafka")
+
+
+def end_transactions(settings: WriterSettings, ids: Sequence[str]) -> dict[str, KafkaException]:
+    """Initialise each transactional id of ``ids`` (a producer of each, in turn with the
+    tasks' ends, :mod:`fanout_kafka.turns`, then closed): any producer of it initialised
+    before is fenced and a transaction left open under it aborted. The ids that could not
+    be initialised, with the error of each (none: all were)."""
+
+    def end(transactional_id: str) -> KafkaException | None:
+        config = settings.producer_config(0)
+        config["transactional.id"] = transactional_id
+        try:
+            producer = Producer(config)
+            try:
+                with turn(settings.end_turns):
+                    init_transactions(producer, settings.operation_timeout_s)
+            finally:
+                producer.close()  # no transaction begun: nothing to abort
+        except KafkaException as exc:
+            return exc
+        return None
+
+    if not ids:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(len(ids), 8)) as pool:
+        ended = list(pool.map(end, ids))
+    return {i: error for i, error in zip(ids, ended, strict=True) if error is not None}
 
 
 def end_abandoned_transactions(
@@ -49,51 +83,94 @@ def end_abandoned_transactions(
     others' ids ended and fenced) and of the partitions beyond them that hold a marker
     (written while the sink had more partitions, before the span was recorded), and
     ``extra_ids``, each in turn with the tasks' ends
-    (:mod:`fanout_kafka.turns`): any transaction left open under them is aborted, and the
+    (:func:`end_transactions`): any transaction left open under them is aborted, and the
     markers it held back are applied.
 
     :raises fanout.TransientSinkError: when an id cannot be initialised.
     """
-    from confluent_kafka import KafkaException, Producer
-
-    def end(transactional_id: str) -> None:
-        config = settings.producer_config(0)
-        config["transactional.id"] = transactional_id
-        producer = Producer(config)
-        with turn(settings.end_turns):
-            init_transactions(producer, settings.operation_timeout_s)
-
     try:
         # as the markers' reader looks beyond the count, so does this
         count = partitions + marked_beyond(settings, partitions)
-        ids = [settings.transactional_id(p) for p in range(count)] + list(extra_ids)
-        with ThreadPoolExecutor(max_workers=min(len(ids), 8)) as pool:
-            list(pool.map(end, ids))
     except KafkaException as exc:
-        raise TransientSinkError(
-            f"cannot end the transactions {why}: {exc}",
-            sink=settings.sink, batch_id=batch_id,
-        ) from exc  # fmt: skip
+        raise _cannot_end(settings, why, exc, batch_id) from exc
+    ids = [settings.transactional_id(p) for p in range(count)] + list(extra_ids)
+    failed = end_transactions(settings, ids)
+    if failed:
+        error = next(iter(failed.values()))
+        raise _cannot_end(settings, why, error, batch_id) from error
+
+
+def _cannot_end(
+    settings: WriterSettings, why: str, error: BaseException, batch_id: int
+) -> TransientSinkError:
+    """The refusal of a batch whose transactions ``why`` cannot be ended (the brokers'
+    text redacted of the producer settings' secrets)."""
+    said = redact(str(error), secret_values(settings.producer))
+    return TransientSinkError(f"cannot end the transactions {why}: {said}",
+                              sink=settings.sink, batch_id=batch_id)  # fmt: skip
 
 
 def fence_legacy_transactions(
-    settings: WriterSettings, legacy_prefix: str, partitions: int, batch_id: int
+    settings: WriterSettings,
+    legacy_prefix: str,
+    partitions: int,
+    batch_id: int,
+    *,
+    fenced_before: bool = False,
 ) -> None:
-    """Initialise the transactional ids of the sink's former default prefix
-    (``fanout-<pipeline>-<sink>``, :func:`fanout_kafka.markers.legacy_transactional_id_prefix`):
-    every partition's (as :func:`end_abandoned_transactions` counts them) and the route
-    dead letters' (``<prefix>#route-0``). A producer of the old version still running is
-    fenced, and a transaction it left open is aborted, before the markers are read and
-    before anything is written under the new ids, which do not fence the old ones.
+    """Initialise the transactional ids of a prefix the sink wrote under before: its
+    former default (``fanout-<pipeline>-<sink>``,
+    :func:`fanout_kafka.markers.legacy_transactional_id_prefix`), or a recorded prefix
+    changed since (:mod:`fanout_kafka.former_ids`): every partition's (as
+    :func:`end_abandoned_transactions` counts them) and the route dead letters'
+    (``<prefix>#route-0``). A producer of the old version still running is fenced, and a
+    transaction it left open is aborted, before the markers are read and before anything
+    is written under the new ids, which do not fence the old ones.
+
+    ``fenced_before``: a run of the sink fenced these ids already (the caller knows it
+    from the prefix record, written only after such a fence passed). Then the brokers
+    refusing the principal *every* one of them (``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``:
+    its grant narrowed to the prefix in use since) is warned instead of failing every
+    run's first batch: each producer of them was fenced by that run, and none of this
+    version has made one since. Without it, or with only some refused, the batch fails
+    (tried again at each attempt and each run) until the ids can be fenced: a task still
+    alive under them, of another principal, could commit a batch the new ids commit too.
 
     :raises fanout.TransientSinkError: when an id cannot be initialised.
     """
     legacy = replace(settings, transactional_id_prefix=legacy_prefix)
-    end_abandoned_transactions(
-        legacy, partitions, batch_id,
-        extra_ids=[f"{legacy_prefix}#route-0"],
-        why=f"left open under the former transactional ids {legacy_prefix}-<p>",
-    )  # fmt: skip
+    why = f"left open under the former transactional ids {legacy_prefix}-<p>"
+    try:
+        count = partitions + marked_beyond(legacy, partitions)
+    except KafkaException as exc:
+        raise _cannot_end(settings, why, exc, batch_id) from exc
+    ids = [legacy.transactional_id(p) for p in range(count)] + [f"{legacy_prefix}#route-0"]
+    failed = end_transactions(legacy, ids)
+    if not failed:
+        return
+    refused = all(_id_refused(error) for error in failed.values())
+    if fenced_before and refused and len(failed) == len(ids):
+        log.warning(
+            "sink %r: the brokers refuse its principal the former transactional ids %s-<p> "
+            "(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all %d), which an earlier run of "
+            "this sink fenced (its recorded prefix is the one in use): not fenced again",
+            settings.sink, legacy_prefix, len(ids),
+        )  # fmt: skip
+        return
+    error = next(iter(failed.values()))
+    if refused:
+        why += (
+            f" (the brokers refuse them to the sink's principal: grant it WRITE on the "
+            f"transactional ids prefixed {legacy_prefix!r} for one run, which fences them; "
+            "the grant may be removed after it)"
+        )
+    raise _cannot_end(settings, why, error, batch_id) from error
 
 
-__all__ = ["end_abandoned_transactions", "fence_legacy_transactions"]
+def _id_refused(error: KafkaException) -> bool:
+    """Whether ``error`` is the brokers refusing the principal a transactional id."""
+    code = error.args[0].code() if error.args and isinstance(error.args[0], KafkaError) else None
+    return code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+__all__ = ["end_abandoned_transactions", "end_transactions", "fence_legacy_transactions"]

@@ -1,13 +1,20 @@
-"""Committing a scope's marker groups again when a run starts, so the broker keeps them.
+"""Committing a scope's marker groups again while runs go on, so the broker keeps them.
 
 The markers are offsets of member-less consumer groups, which a Kafka broker deletes
 ``offsets.retention.minutes`` (7 days by default) after the group's last commit. A
 partition commits its groups only in a transaction that wrote rows, so a pipeline idle
 for longer than that lost them, and a crash replay then could not tell which partitions
-held its batch. So at the first batch of each ``open()`` in a scope (never per batch),
-before the markers are read, the driver commits every writer's groups again, each to the
-offset it holds: the partitions' ``<prefix>-<p>`` (the sink's partition span, and the
-markers beyond it) and the route letters' ``<prefix>#route-0``.
+held its batch. So at the first batch of each ``open()`` in a scope, before the markers
+are read, the driver commits every writer's groups again, each to the offset it holds:
+the partitions' ``<prefix>-<p>`` (the sink's partition span, and the markers beyond it)
+and the route letters' ``<prefix>#route-0``. And again at a later batch of the same
+``open()`` once the last renewal in the scope is :func:`renewal_interval_s` old (half the
+brokers' ``offsets.retention.minutes``, read at ``open()`` with ``describe_configs``;
+Kafka's default when they do not say): a run whose batches go on for longer than the
+retention without rows for some partition (a quiet source, a route sending the sink
+nothing) lost those partitions' markers while it ran. Not per batch: one renewal per
+half retention. A run with no batch at all for longer than the retention still loses
+them: nothing runs to renew them.
 
 Per writer that has a marker: ``init_transactions`` with its own transactional id (a
 producer of that id initialised before, a killed run's task still alive, is fenced and its
@@ -21,23 +28,30 @@ commit renews the group. A writer with no marker (a partition that never had row
 route writer never used, a new scope) is skipped without a producer: its other groups are
 committed only beside a marker, so none of them is newer.
 
-A renewal that fails is logged and the batch goes on: the markers are read next as
-always; only their retention is not extended. On Tansu, whose open transactions hold
-back other transactions' markers (:mod:`fanout_kafka.abandoned`), the ids of the writers
-that failed are initialised again before the markers are read.
+A renewal that fails, whatever the error, is logged (redacted of the producer settings'
+secrets) and the batch goes on: the markers are read next as always; only their
+retention is not extended. Each renewal producer is closed. A transaction a renewal began
+and could neither commit nor abort is ended by initialising its id again, on every
+broker: left open on Kafka, it would hold back the stable offsets the markers' reads wait
+for until ``transaction.timeout.ms``. On Tansu, whose open transactions hold back other
+transactions' markers (:mod:`fanout_kafka.abandoned`), the id of every writer that failed
+is initialised again.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 
-from fanout_kafka.abandoned import end_abandoned_transactions
+from fanout.errors import TransientSinkError
+from fanout.observe.secrets import redact
+from fanout_kafka.abandoned import end_transactions
 from fanout_kafka.driver_admins import admin_config
 from fanout_kafka.journal import letters_group, refused_group
 from fanout_kafka.markers import marker_group
@@ -48,17 +62,38 @@ from fanout_kafka.membership import (
     plan_group,
     read_offsets,
 )
+from fanout_kafka.options import secret_values
 from fanout_kafka.producer_init import init_transactions
 from fanout_kafka.target import legacy_target_group, target_group
 from fanout_kafka.turns import turn
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from fanout_kafka.settings import WriterSettings
 
 log = logging.getLogger("fanout_kafka")
 
 ROUTE = "#route-0"
 """The transactional id suffix of the route letters' writer (:mod:`fanout_kafka.deadletter`)."""
+
+KAFKA_OFFSETS_RETENTION_MINUTES = 7 * 24 * 60
+"""Kafka's default ``offsets.retention.minutes`` (since 2.0), assumed when the brokers do
+not report theirs (Tansu keeps offsets for ever and reports none)."""
+
+
+def renewal_interval_s(retention_minutes: str | int | None) -> float:
+    """How long after a renewal a batch renews the markers again: half the brokers'
+    ``offsets.retention.minutes`` as ``describe_configs`` gives it
+    (:data:`KAFKA_OFFSETS_RETENTION_MINUTES` for ``None`` or a value that is no positive
+    number), so a group is committed again well before it can expire."""
+    try:
+        minutes = float(retention_minutes) if retention_minutes is not None else 0.0
+    except ValueError:
+        minutes = 0.0
+    if not 0 < minutes < math.inf:  # also NaN
+        minutes = KAFKA_OFFSETS_RETENTION_MINUTES
+    return minutes * 60 / 2
 
 
 @dataclass(frozen=True)
@@ -86,6 +121,15 @@ class Renewal:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class _Failed:
+    """A writer's renewal that failed: the error's text (redacted), and whether it began
+    a transaction it could neither commit nor abort (left open on the brokers)."""
+
+    said: str
+    left_open: bool
+
+
 def writers(settings: WriterSettings, span: int) -> list[Writer]:
     """The writers of ``settings.scope``: partitions ``0 .. span-1`` and those beyond with a
     marker (as :func:`fanout_kafka.abandoned.end_abandoned_transactions` counts them), then
@@ -101,40 +145,43 @@ def renew_markers(settings: WriterSettings, span: int, batch_id: int) -> Renewal
     ``settings.scope`` that has a marker (the module docstring): one round of marker reads,
     then per such writer a producer, its groups' reads and one transaction of offsets.
 
-    :raises fanout.TransientSinkError: on Tansu, when the ids of writers whose renewal
-        failed cannot be initialised again (their transactions could hold markers back).
+    :raises fanout.TransientSinkError: when the id of a writer whose renewal left its
+        transaction open (on Tansu: whose renewal failed) cannot be initialised again.
     """
     started = time.monotonic()
     config = admin_config(settings.producer, settings.bootstrap_servers)
     timeout_s = settings.operation_timeout_s
+    secrets = secret_values(settings.producer)
     try:
         every = writers(settings, span)
         markers = read_offsets(config, settings.marker_topic, [w.marker for w in every],
                                timeout_s)  # fmt: skip
-    except (KafkaException, TimeoutError) as exc:
+    except Exception as exc:  # best effort: the batch reads its markers next anyway
         log.warning("sink %r, batch %d: cannot read its markers to commit them again (their "
-                    "retention is not extended by this run): %s", settings.sink, batch_id,
-                    exc)  # fmt: skip
+                    "retention is not extended by this renewal): %s", settings.sink, batch_id,
+                    _said(exc, secrets))  # fmt: skip
         return Renewal(seconds=time.monotonic() - started)
     marked = [w for w, offset in zip(every, markers, strict=True) if offset != NO_OFFSET]
     renewed: dict[str, int] = {}
     failed: list[str] = []
+    to_end: list[str] = []
     if marked:
         with ThreadPoolExecutor(max_workers=min(len(marked), 8)) as pool:
-            for writer, done in zip(marked, pool.map(lambda w: _renew(settings, w), marked),
-                                    strict=True):  # fmt: skip
-                if isinstance(done, BaseException):
-                    failed.append(writer.transactional_id)
-                    log.warning(
-                        "sink %r, batch %d: cannot commit the marker groups of %r again (their "
-                        "retention is not extended by this run): %s", settings.sink, batch_id,
-                        writer.transactional_id, done,
-                    )  # fmt: skip
-                else:
-                    renewed.update(done)
-    if failed and settings.end_turns is not None:
-        end_abandoned_transactions(settings, 0, batch_id, extra_ids=failed,
-                                   why="a renewal of the marker groups left open")  # fmt: skip
+            done = list(pool.map(lambda w: _renew(settings, w, secrets), marked))
+        for writer, result in zip(marked, done, strict=True):
+            if isinstance(result, _Failed):
+                failed.append(writer.transactional_id)
+                if result.left_open or settings.end_turns is not None:
+                    to_end.append(writer.transactional_id)
+                log.warning(
+                    "sink %r, batch %d: cannot commit the marker groups of %r again (their "
+                    "retention is not extended by this renewal): %s", settings.sink, batch_id,
+                    writer.transactional_id, result.said,
+                )  # fmt: skip
+            else:
+                renewed.update(result)
+    if to_end:
+        _end(settings, to_end, batch_id, secrets)
     renewal = Renewal(renewed, tuple(failed), time.monotonic() - started)
     log.log(logging.INFO if marked else logging.DEBUG,
             "sink %r, batch %d: %d marker group(s) of %d writer(s) committed again in %.0f ms "
@@ -143,16 +190,35 @@ def renew_markers(settings: WriterSettings, span: int, batch_id: int) -> Renewal
     return renewal
 
 
-def _renew(settings: WriterSettings, writer: Writer) -> dict[str, int] | BaseException:
+def _end(settings: WriterSettings, ids: list[str], batch_id: int, secrets: Sequence[str]) -> None:
+    """Initialise ``ids`` again (:func:`fanout_kafka.abandoned.end_transactions`).
+
+    :raises fanout.TransientSinkError: when one cannot be.
+    """
+    not_ended = end_transactions(settings, ids)
+    if not_ended:
+        transactional_id, error = next(iter(not_ended.items()))
+        raise TransientSinkError(
+            f"cannot end the transaction of {transactional_id!r} that a renewal of its marker "
+            f"groups left open: {_said(error, secrets)}",
+            sink=settings.sink, batch_id=batch_id,
+        ) from error  # fmt: skip
+
+
+def _renew(
+    settings: WriterSettings, writer: Writer, secrets: Sequence[str]
+) -> dict[str, int] | _Failed:
     """Fence ``writer``'s id, read its groups, commit the ones that hold an offset back in
-    one transaction; the groups and offsets committed, or the error (nothing committed)."""
-    config = settings.producer_config(0)
-    config["transactional.id"] = writer.transactional_id
+    one transaction; the groups and offsets committed, or the failure (any error, not only
+    Kafka's: nothing committed). The producer is closed either way."""
     timeout_s = settings.operation_timeout_s
     topic = settings.marker_topic
-    producer = Producer(config)
+    producer: Any = None
     begun = False
     try:
+        config = settings.producer_config(0)
+        config["transactional.id"] = writer.transactional_id
+        producer = Producer(config)
         with turn(settings.end_turns):
             init_transactions(producer, timeout_s)
         groups = writer.groups
@@ -170,20 +236,44 @@ def _renew(settings: WriterSettings, writer: Writer) -> dict[str, int] | BaseExc
         with turn(settings.end_turns):
             producer.commit_transaction(timeout_s)
         return held
-    except (KafkaException, TimeoutError) as exc:
-        if begun:
-            _abort(producer, settings, timeout_s)
-        return exc
+    except Exception as exc:
+        left_open = begun and not _aborted(producer, settings, secrets)
+        return _Failed(_said(exc, secrets), left_open)
+    finally:
+        if producer is not None:
+            _close(producer, settings, secrets)
 
 
-def _abort(producer: Any, settings: WriterSettings, timeout_s: float) -> None:
-    """Abort the renewal's transaction (best effort: the partition's next
-    ``init_transactions`` aborts what is left)."""
+def _aborted(producer: Any, settings: WriterSettings, secrets: Sequence[str]) -> bool:
+    """Abort the renewal's transaction; whether it was (else it may be left open)."""
     try:
         with turn(settings.end_turns):
-            producer.abort_transaction(timeout_s)
-    except KafkaException as exc:
-        log.debug("%s: renewal not aborted: %s", settings.sink, exc)
+            producer.abort_transaction(settings.operation_timeout_s)
+    except Exception as exc:
+        log.debug("%s: renewal not aborted: %s", settings.sink, _said(exc, secrets))
+        return False
+    return True
 
 
-__all__ = ["ROUTE", "Renewal", "Writer", "renew_markers", "writers"]
+def _close(producer: Any, settings: WriterSettings, secrets: Sequence[str]) -> None:
+    """Close a renewal producer (it holds no record: nothing to deliver)."""
+    try:
+        producer.close()
+    except Exception as exc:  # closing is best effort
+        log.debug("%s: renewal producer not closed: %s", settings.sink, _said(exc, secrets))
+
+
+def _said(error: BaseException, secrets: Sequence[str]) -> str:
+    """``error``'s text (its type when it has none), redacted of ``secrets``."""
+    return redact(str(error) or type(error).__name__, secrets)
+
+
+__all__ = [
+    "KAFKA_OFFSETS_RETENTION_MINUTES",
+    "ROUTE",
+    "Renewal",
+    "Writer",
+    "renew_markers",
+    "renewal_interval_s",
+    "writers",
+]

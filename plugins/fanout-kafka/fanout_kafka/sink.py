@@ -159,6 +159,10 @@ class KafkaSink(PartitionedSink):
     topic_id_refresh_s: ClassVar[float] = 3600.0
     """How often a run commits its topic's id again (:meth:`_record_topic_id`): the broker
     forgets a group's offset ``offsets.retention.minutes`` after its last commit."""
+    marker_renewal_s: ClassVar[float | None] = None
+    """How long after a renewal of the marker groups a batch renews them again
+    (:mod:`fanout_kafka.renewal`); ``None``: half the brokers' ``offsets.retention.minutes``
+    (:func:`fanout_kafka.renewal.renewal_interval_s`)."""
     options = OPTIONS
 
     def __init__(
@@ -220,7 +224,9 @@ class KafkaSink(PartitionedSink):
         self._topic_id_recorded: tuple[float, str | None] | None = None
         # per scope, (monotonic time, span) of the partition span's last commit (open())
         self._spans: dict[str, tuple[float, int]] = {}
-        self._renewed: set[str] = set()  # scopes whose marker groups this open() renewed
+        # per scope, the monotonic time of this open()'s last renewal of its marker groups
+        self._renewed: dict[str, float] = {}
+        self._offsets_retention: str | None = None  # the brokers' (open()), None: unknown
         # the names the pipeline configures, until the first write in a scope asked for a
         # vanished name's batch at the topic's end (fanout_kafka.renamed): open()
         self._vanished_unasked: tuple[str, ...] = ()
@@ -248,7 +254,8 @@ class KafkaSink(PartitionedSink):
         self._dead = context.dead_letters
         self._topic_id_recorded = None
         self._spans = {}
-        self._renewed = set()
+        self._renewed = {}
+        self._offsets_retention = None
         self._prefix_unchecked = True
         self._check_options()
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
@@ -425,9 +432,9 @@ class KafkaSink(PartitionedSink):
         markers they held back are applied (:mod:`fanout_kafka.abandoned`). Once per
         ``open()`` of a sink on the default ``transactional_id_prefix``, the former
         default's ids are initialised first (fencing an older version's producers), and
-        once per ``open()`` and scope the markers found are committed again, so the
-        brokers' ``offsets.retention.minutes`` counts from this run
-        (:mod:`fanout_kafka.renewal`).
+        at the first batch of each ``open()`` and scope, and again once that renewal is
+        half the brokers' ``offsets.retention.minutes`` old, the markers found are
+        committed again, so the retention counts from then (:mod:`fanout_kafka.renewal`).
 
         Read once per attempt: by the kit's :meth:`check_replay` when it runs (refusing a
         replay whose topic, encoding, dead-letter target or route differs from what the
@@ -755,75 +762,113 @@ class KafkaSink(PartitionedSink):
     def _read_markers(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:
         settings = replace(self.settings(batch), plan=plan)
         span = self._partition_span(settings, plan.partitions, batch.batch_id)
-        if self._legacy_prefix is not None:
-            fence_legacy_transactions(settings, self._legacy_prefix, span, batch.batch_id)
-            self._legacy_prefix = None  # once per open()
         if self._prefix_unchecked:
             self._fence_former_prefix(settings, span, batch.batch_id)
             self._prefix_unchecked = False  # once per open()
         if self._unsettled and self._end_turns is not None:
             end_abandoned_transactions(settings, span, batch.batch_id)
-        if settings.scope not in self._renewed:  # once per open() and scope: not per batch
-            renew_markers(settings, span, batch.batch_id)
-            self._renewed.add(settings.scope)
+        self._renew_markers(settings, span, batch.batch_id)
         self._unsettled = True  # until every partition of this attempt reports
         return read_committed(settings, batch.batch_id, span)
 
-    def _fence_former_prefix(self, settings: WriterSettings, span: int, batch_id: int) -> None:
-        """Fence the ids of the prefix the sink last recorded in its scope when it is not
-        the one it uses now (``transactional_id_prefix`` changed since), and record this
-        one (:mod:`fanout_kafka.former_ids`): one offset read, one record read when one
-        was recorded, one record and one commit when it changed; once per ``open()``. In
-        a new epoch's scope with no record yet, the newest earlier epoch's record is read
-        too (a prefix changed together with a checkpoint reset, or two).
+    def _renew_markers(self, settings: WriterSettings, span: int, batch_id: int) -> None:
+        """Commit the scope's marker groups again (:func:`fanout_kafka.renewal.
+        renew_markers`) at the first batch of this ``open()`` in the scope, and at a
+        later batch once that renewal is :attr:`marker_renewal_s` old (by default half
+        the brokers' ``offsets.retention.minutes``): no request in the other batches."""
+        from fanout_kafka.renewal import renewal_interval_s
 
-        :raises fanout.TransientSinkError: when the record cannot be read or written.
+        interval = self.marker_renewal_s
+        if interval is None:
+            interval = renewal_interval_s(self._offsets_retention)
+        last = self._renewed.get(settings.scope)
+        now = time.monotonic()  # before the commits: the retention counts from after it
+        if last is None or now - last >= interval:
+            renew_markers(settings, span, batch_id)
+            self._renewed[settings.scope] = now
+
+    def _fence_former_prefix(self, settings: WriterSettings, span: int, batch_id: int) -> None:
+        """Fence the ids of the former default prefix (a sink on the default,
+        :func:`fanout_kafka.abandoned.fence_legacy_transactions`) and of the prefix the
+        sink last recorded in its scope when it is not the one it uses now
+        (``transactional_id_prefix`` changed since), then record this one
+        (:mod:`fanout_kafka.former_ids`): one offset read, one record read when one was
+        recorded, one record and one commit when it changed; once per ``open()``. In a new
+        epoch's scope with no record yet, the newest earlier epoch's record is read too (a
+        prefix changed together with a checkpoint reset, or two).
+
+        A record naming the prefix in use says a run of this sink fenced the former
+        default's ids already (it records only after that fence passed): the brokers
+        refusing the principal every one of them is then warned, not refused.
+
+        :raises fanout.TransientSinkError: when the record cannot be read or written, or
+            the ids cannot be fenced.
         """
         from confluent_kafka import KafkaException
 
-        from fanout_kafka.former_ids import (
-            newest_earlier_record,
-            record_prefix,
-            recorded_prefix,
-            rights_refused,
-        )
+        from fanout_kafka.former_ids import newest_earlier_record, record_prefix, recorded_prefix
 
+        prefix = settings.transactional_id_prefix
+        former_span = span
         try:
             here = former = recorded_prefix(settings, self.open_timeout_s)
             epoch = settings.info.epoch if settings.info is not None else 0
             if here is None and epoch > 0:  # a new epoch's first: the newest earlier record
                 found = newest_earlier_record(settings, epoch, self.open_timeout_s)
                 former = None if found is None else found[1]
-                if found is not None and former != settings.transactional_id_prefix:
+                if found is not None and former != prefix:
                     before = replace(settings, scope=found[0])
-                    span = max(span, self._recorded_span(before))  # its ids, not this scope's
-            if former is not None and former != settings.transactional_id_prefix:
+                    former_span = max(span, self._recorded_span(before))  # its ids, not ours
+        except (KafkaException, TimeoutError) as exc:
+            self._prefix_unrecorded(settings, exc, batch_id)
+            here = former = None
+            readable = False
+        else:
+            readable = True
+        if self._legacy_prefix is not None:
+            fence_legacy_transactions(settings, self._legacy_prefix, span, batch_id,
+                                      fenced_before=former == prefix)  # fmt: skip
+            self._legacy_prefix = None  # once per open()
+        if not readable:
+            return
+        try:
+            if former is not None and former != prefix:
                 log.info(
                     "sink %r: transactional_id_prefix was %r in the last run (now %r): its "
-                    "ids fenced before the markers are read", self.name, former,
-                    settings.transactional_id_prefix,
+                    "ids fenced before the markers are read", self.name, former, prefix,
                 )  # fmt: skip
-                fence_legacy_transactions(settings, former, span, batch_id)
-            if here != settings.transactional_id_prefix:
+                fence_legacy_transactions(settings, former, former_span, batch_id)
+            if here != prefix:
                 record_prefix(settings, self.open_timeout_s)
         except (KafkaException, TimeoutError) as exc:
-            if rights_refused(exc):
-                # rights the sink needs nowhere else (a record on the marker topic): warned,
-                # as before this check; refusing would stop every run's first batch
-                log.warning(
-                    "sink %r: cannot read or record its transactional_id_prefix on marker "
-                    "topic %r (%s): a prefix changed between a crash and its replay is not "
-                    "fenced; grant the sink's principal READ and WRITE on that topic, or "
-                    "change the prefix only after a clean stop", self.name,
-                    settings.marker_topic, redact(str(exc), self.secret_values()),
-                )  # fmt: skip
-                return
-            raise TransientSinkError(
-                f"cannot read or record the sink's transactional_id_prefix on marker topic "
-                f"{settings.marker_topic!r} (read before the markers): "
-                f"{redact(str(exc), self.secret_values())}",
-                sink=self.name, batch_id=batch_id,
-            ) from exc  # fmt: skip
+            self._prefix_unrecorded(settings, exc, batch_id)
+
+    def _prefix_unrecorded(
+        self, settings: WriterSettings, exc: BaseException, batch_id: int
+    ) -> None:
+        """The prefix record could not be read or written (``exc``): warned when the brokers
+        refuse the rights (a record on the marker topic: needed nowhere else without Delta
+        dead letters; refusing would stop every run's first batch), else refused.
+
+        :raises fanout.TransientSinkError: unless the rights were refused.
+        """
+        from fanout_kafka.former_ids import rights_refused
+
+        if rights_refused(exc):
+            log.warning(
+                "sink %r: cannot read or record its transactional_id_prefix on marker "
+                "topic %r (%s): a prefix changed between a crash and its replay is not "
+                "fenced; grant the sink's principal READ and WRITE on that topic, or "
+                "change the prefix only after a clean stop", self.name,
+                settings.marker_topic, redact(str(exc), self.secret_values()),
+            )  # fmt: skip
+            return
+        raise TransientSinkError(
+            f"cannot read or record the sink's transactional_id_prefix on marker topic "
+            f"{settings.marker_topic!r} (read before the markers): "
+            f"{redact(str(exc), self.secret_values())}",
+            sink=self.name, batch_id=batch_id,
+        ) from exc  # fmt: skip
 
     def _recorded_span(self, settings: WriterSettings) -> int:
         """The partition span recorded in ``settings.scope`` (0 when none: one request)."""
@@ -1262,7 +1307,7 @@ class KafkaSink(PartitionedSink):
         ``offsets.retention.minutes``: a query restarted later than that after a crash in
         the middle of a batch writes that batch's committed partitions again. Say how long
         the window is (a warning when it is under a week)."""
-        value = cluster.broker_config("offsets.retention.minutes")
+        value = self._offsets_retention = cluster.broker_config("offsets.retention.minutes")
         if value is None:
             log.info(
                 "sink %r: the broker does not report offsets.retention.minutes; the partition "

@@ -1,6 +1,7 @@
-"""A run commits the Kafka sink's marker groups again at its first batch
-(:mod:`fanout_kafka.renewal`), so the brokers' ``offsets.retention.minutes`` counts from
-the run's start, not from the last batch that wrote rows.
+"""A run commits the Kafka sink's marker groups again at its first batch, and at a later
+batch once that renewal is half the brokers' ``offsets.retention.minutes`` old
+(:mod:`fanout_kafka.renewal`), so the retention counts from the run's start and then from
+the last renewal, not from the last batch that wrote rows.
 
 Tansu keeps committed offsets for ever (it has no ``offsets.retention.minutes``), so the
 renewal is seen where it happens: the driver's renewal producers are wrapped to record
@@ -9,15 +10,23 @@ offsets are read back with a consumer of each group."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import time
 import uuid
+import warnings
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import confluent_kafka
 import pytest
-from fanout_kafka import renewal
-from kafkatools import Broker, marker
+from confluent_kafka import KafkaError, KafkaException
+from fanout_kafka import KafkaSink, renewal
+from fanout_kafka import sink as sink_module
+from kafkatools import Broker, create_topic, marker
+from test_abandoned_transactions import PLAN, _batch, _commit, _sink
 
 from fanout import BatchInfo, FanOut
 
@@ -33,8 +42,13 @@ class _Spied:
         self.transactional_id = str(config["transactional.id"])
         self.sent: list[tuple[str, int]] = []
         self.committed: dict[str, int] | None = None
+        self.closed = False
         self._groups = groups
         log.append(self)
+
+    def close(self) -> bool:
+        self.closed = True
+        return bool(self._inner.close())
 
     def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
         self._inner.send_offsets_to_transaction(offsets, metadata, timeout)
@@ -111,34 +125,207 @@ def test_a_run_commits_the_markers_it_finds_again_at_its_first_batch_only(
 
 
 @pytest.mark.parametrize("tansu", [True, False])
-def test_a_renewal_that_fails_is_logged_and_on_tansu_its_ids_ended_again(
+def test_a_renewal_that_fails_is_logged_and_the_ids_it_may_have_left_open_ended_again(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tansu: bool
 ) -> None:
-    """Writer ``-0`` fails, ``-1`` has no marker (never asked), ``-2`` renews: the batch goes
-    on; on Tansu the failed writer's id is initialised again before the markers are read
-    (its transaction, if left open, would hold other markers back)."""
-    writers = [renewal.Writer(f"t-{p}", f"g{p}") for p in range(3)]
+    """Writer ``-0`` fails before its transaction, ``-1`` has no marker (never asked),
+    ``-2`` renews, ``-3`` fails leaving its transaction open: the batch goes on; the id of
+    ``-3`` is initialised again before the markers are read on every broker (left open, it
+    holds the marker reads back), and on Tansu that of ``-0`` too (an open transaction of
+    its id, from before the renewal, would hold other markers back)."""
+    writers = [renewal.Writer(f"t-{p}", f"g{p}") for p in range(4)]
     monkeypatch.setattr(renewal, "writers", lambda settings, span: writers)
-    monkeypatch.setattr(renewal, "read_offsets", lambda *a: [5, renewal.NO_OFFSET, 7])
+    monkeypatch.setattr(renewal, "read_offsets", lambda *a: [5, renewal.NO_OFFSET, 7, 8])
     asked: list[str] = []
 
-    def renew(settings: Any, writer: renewal.Writer) -> Any:
+    def renew(settings: Any, writer: renewal.Writer, secrets: Any) -> Any:
         asked.append(writer.transactional_id)
-        if writer.transactional_id == "t-0":
-            return confluent_kafka.KafkaException(confluent_kafka.KafkaError(-185, "down"))
+        if writer.transactional_id in ("t-0", "t-3"):
+            return renewal._Failed("down", left_open=writer.transactional_id == "t-3")
         return {writer.marker: 7}
 
     ended: list[list[str]] = []
 
-    def end(settings: Any, partitions: int, batch_id: int, **kw: Any) -> None:
-        ended.append(kw["extra_ids"])
+    def end(settings: Any, ids: list[str]) -> dict[str, Any]:
+        ended.append(ids)
+        return {}
 
     monkeypatch.setattr(renewal, "_renew", renew)
-    monkeypatch.setattr(renewal, "end_abandoned_transactions", end)
+    monkeypatch.setattr(renewal, "end_transactions", end)
     settings = SimpleNamespace(producer={}, bootstrap_servers="b:1", operation_timeout_s=1.0,
                                marker_topic="m", sink="k",
                                end_turns="/tmp/turns" if tansu else None)  # fmt: skip
-    done = renewal.renew_markers(settings, 3, 4)  # type: ignore[arg-type]
-    assert (sorted(asked), done.renewed, done.failed) == (["t-0", "t-2"], {"g2": 7}, ("t-0",))
-    assert ended == ([["t-0"]] if tansu else [])
+    done = renewal.renew_markers(settings, 4, 4)  # type: ignore[arg-type]
+    assert (sorted(asked), done.renewed, done.failed) == (
+        ["t-0", "t-2", "t-3"], {"g2": 7}, ("t-0", "t-3")
+    )  # fmt: skip
+    assert ended == ([["t-0", "t-3"]] if tansu else [["t-3"]])
     assert [r.levelname for r in caplog.records if "t-0" in r.getMessage()] == ["WARNING"]
+
+
+SECRET = "pw-7Qx!renewal"
+
+
+def test_a_renewal_that_fails_closes_its_producers_ends_what_it_left_open_and_hides_secrets(
+    kafka: Broker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a broker without Tansu's turns (as Kafka): partition 0's renewal begins its
+    transaction (its offsets moved on by 100 here, to be seen if they ever apply) and
+    neither commits nor aborts it (the brokers' text holding a password), partition 1's
+    fails before its transaction with an error that is not Kafka's. The batch goes on;
+    both producers are closed; partition 0's id is initialised again, which ends that
+    transaction (the renewal's producer cannot commit it any more: the marker stays), and
+    partition 1's is not; the warnings hold no password."""
+    topic, pipeline = f"rn-{uuid.uuid4().hex[:8]}", f"rn{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    sink = _sink(kafka, topic, pipeline)
+    assert sink.committed_partitions(_batch(pipeline), PLAN) == []
+    _commit(sink, pipeline, 0, 0)
+    _commit(sink, pipeline, 1, 0)
+    settings = replace(sink.settings(_batch(pipeline, 1)), end_turns=None,
+                       producer={"sasl.password": SECRET})  # fmt: skip
+    prefix = f"fanout/{pipeline}/events"
+    made: list[Any] = []
+
+    class Failing:
+        """A renewal producer whose commit and abort the brokers refuse."""
+
+        def __init__(self, config: dict[str, Any]) -> None:
+            self.inner = confluent_kafka.Producer(config)
+            self.transactional_id = str(config["transactional.id"])
+            self.closed = False
+            made.append(self)
+
+        def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+            moved = [confluent_kafka.TopicPartition(o.topic, 0, o.offset + 100) for o in offsets]
+            self.inner.send_offsets_to_transaction(moved, metadata, timeout)
+
+        def commit_transaction(self, timeout: float) -> None:
+            raise KafkaException(KafkaError(KafkaError._STATE, f"refused for {SECRET}"))
+
+        def abort_transaction(self, timeout: float) -> None:
+            raise KafkaException(KafkaError(KafkaError._STATE, "cannot abort"))
+
+        def close(self) -> bool:
+            self.closed = True  # the real one is closed by the test, after its check
+            return True
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    real_read = renewal.read_offsets
+
+    def read(config: Any, topic_: str, groups: list[str], timeout_s: float) -> list[int]:
+        if groups[0] == f"fanout/{pipeline}/events/p1" and len(groups) > 1:  # its own read
+            raise RuntimeError(f"no offsets for {SECRET}")
+        return real_read(config, topic_, groups, timeout_s)
+
+    ended: list[list[str]] = []
+    real_end = renewal.end_transactions
+
+    def end(settings_: Any, ids: list[str]) -> Any:
+        ended.append(sorted(ids))
+        return real_end(settings_, ids)
+
+    monkeypatch.setattr(renewal, "Producer", Failing)
+    monkeypatch.setattr(renewal, "read_offsets", read)
+    monkeypatch.setattr(renewal, "end_transactions", end)
+    with caplog.at_level(logging.DEBUG, "fanout_kafka"):
+        done = renewal.renew_markers(settings, 2, 1)
+    try:
+        assert (done.renewed, sorted(done.failed)) == ({}, [f"{prefix}-0", f"{prefix}-1"])
+        assert sorted((m.transactional_id, m.closed) for m in made) == [
+            (f"{prefix}-0", True), (f"{prefix}-1", True)
+        ]  # fmt: skip
+        assert ended == [[f"{prefix}-0"]]
+        left = next(m for m in made if m.transactional_id == f"{prefix}-0")
+        with pytest.raises(KafkaException):  # its transaction was ended under it
+            left.inner.commit_transaction(5)
+        assert marker(kafka.bootstrap, pipeline, "events", 0, "__fanout_markers") == 1
+    finally:
+        for m in made:  # closing waits for an open transaction's end: one try first
+            with contextlib.suppress(KafkaException):
+                m.inner.commit_transaction(1)
+            with warnings.catch_warnings():  # "abort_transaction failed during close"
+                warnings.simplefilter("ignore", RuntimeWarning)
+                m.inner.close()
+    warned = sorted(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert warned == [
+        f"sink 'events', batch 1: cannot commit the marker groups of '{prefix}-0' again "
+        "(their retention is not extended by this renewal): "
+        + str(KafkaException(KafkaError(KafkaError._STATE, "refused for ***"))),
+        f"sink 'events', batch 1: cannot commit the marker groups of '{prefix}-1' again "
+        "(their retention is not extended by this renewal): no offsets for ***",
+    ]
+    assert SECRET not in caplog.text
+    # the markers read as before
+    assert [c.partition for c in sink.committed_partitions(_batch(pipeline), PLAN)] == [0, 1]
+
+
+def test_a_batch_renews_the_markers_again_once_the_last_renewal_is_the_interval_old(
+    kafka: Broker, renewals: list[_Spied], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partition 0 writes batch 0, then no rows in batches 1 to 3 (a quiet source): one
+    ``open()`` renews its groups at batch 2, the first batch once the renewal of batch 0
+    (none marked then) is the interval old (half the brokers' ``offsets.retention.minutes``;
+    here an hour, the sink's clock moved on), and not at batches 1 and 3. Before, only at an
+    ``open()``'s first batch: a run going on for longer than the retention lost them."""
+    monkeypatch.setattr(KafkaSink, "marker_renewal_s", 3600.0)
+    later = [0.0]  # what the sink's clock is moved on by
+    monkeypatch.setattr(sink_module, "time",
+                        SimpleNamespace(monotonic=lambda: time.monotonic() + later[0]))  # fmt: skip
+    topic, pipeline = f"rn-{uuid.uuid4().hex[:8]}", f"rn{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    sink = _sink(kafka, topic, pipeline)
+    try:
+        assert sink.committed_partitions(_batch(pipeline), PLAN) == []  # renews: none marked
+        _commit(sink, pipeline, 0, 0)
+        later[0] = 3599.0
+        assert sink.committed_partitions(_batch(pipeline, 1), PLAN) == []
+        assert renewals == []
+        groups = {
+            f"fanout/{pipeline}/events/p0{suffix}": marker(kafka.bootstrap, pipeline, "events",
+                                                           0, "__fanout_markers", suffix=suffix)
+            for suffix in SUFFIXES
+        }  # fmt: skip
+        assert groups[f"fanout/{pipeline}/events/p0"] == 1  # batch 0's
+        held = {group: offset for group, offset in groups.items() if offset >= 0}
+        assert sorted(held) == [f"fanout/{pipeline}/events/p0{s}" for s in ("", ".target")]
+        later[0] = 3601.0
+        assert sink.committed_partitions(_batch(pipeline, 2), PLAN) == []
+        assert [(r.transactional_id, r.committed, r.closed) for r in renewals] == [
+            (f"fanout/{pipeline}/events-0", held, True)
+        ]
+        later[0] = 7000.0
+        assert sink.committed_partitions(_batch(pipeline, 3), PLAN) == []
+        assert len(renewals) == 1  # not again before the interval
+    finally:
+        sink.close()
+
+
+def test_the_renewal_interval_is_half_the_retention_the_brokers_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The interval: half of ``offsets.retention.minutes`` as ``open()`` read it, or of
+    Kafka's default (7 days) when the brokers do not report it (Tansu) or report nonsense;
+    counted per scope from the last renewal there."""
+    week = 7 * 24 * 60
+    assert renewal.renewal_interval_s("60") == 1800.0
+    for unknown in (None, "", "x", "0", "-5", "nan", "inf"):
+        assert renewal.renewal_interval_s(unknown) == week * 30.0
+
+    sink = KafkaSink("events", bootstrap_servers="b:1", topic="t")
+    sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: "60"))
+    clock = [1000.0]
+    monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    asked: list[tuple[str, int]] = []
+
+    def renew(settings: Any, span: int, batch_id: int) -> None:
+        asked.append((settings.scope, batch_id))
+
+    monkeypatch.setattr(sink_module, "renew_markers", renew)
+    for at, scope, batch_id in [(0, "p", 0), (1799, "p", 1), (1800, "p", 2), (1801, "p", 3),
+                                (1801, "p@e1", 4), (3599, "p", 5), (3600, "p", 6)]:  # fmt: skip
+        clock[0] = 1000.0 + at
+        sink._renew_markers(SimpleNamespace(scope=scope), 2, batch_id)  # type: ignore[arg-type]
+    assert asked == [("p", 0), ("p", 2), ("p@e1", 4), ("p", 6)]
