@@ -25,7 +25,8 @@ def _refused(path: str) -> None:
     """A fanout compaction killed before its check after another program's OPTIMIZE of
     the same files, whose files a third compaction then rewrote: its rows are twice, and
     it cannot be taken back."""
-    mark_compacted(DeltaTable(path), None)
+    table = DeltaTable(path)
+    mark_compacted(table, None, table.version())  # as fanout's first compaction
     mine = DeltaTable(path)
     DeltaTable(path).optimize.compact()
     mine.optimize.compact(commit_properties=KILLED)

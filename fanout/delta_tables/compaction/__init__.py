@@ -5,7 +5,8 @@ the same files, also after its process was killed before its check (ARCHITECTURE
 - :mod:`.own`: :func:`compact`, the compaction and the check right after its commit;
 - :mod:`.repair`: a later run's check of the compactions a killed process left unchecked;
 - :mod:`.scan`: reading the history back to the last checked point;
-- :mod:`.marker`: whether fanout ever compacted a table, from its snapshot alone;
+- :mod:`.marker`: the table's mark, up to which every fanout compaction is checked, read
+  from its snapshot alone;
 - :mod:`.take_back`: the taking back, and finding one's own commit in the history;
 - :mod:`.files`: the files a commit removed and added, and their rows;
 - :mod:`.refusals`: what the errors say when rows stay twice;

@@ -1,16 +1,23 @@
-"""Whether fanout ever compacted a Delta table, told by its loaded snapshot, without reading
-its history: before its first compaction of a table, fanout commits the app transaction
-:data:`MARK` (a commit of no file; a compaction that can carry app transactions, the
-ledger's overwrite, carries it itself) at the version of a snapshot holding none. Every
-fanout compaction commits after such a commit (or is one), and that snapshot held no mark,
-so its version is below the first mark's commit: a table without the mark holds no fanout
-compaction, and one with it none at or before its version (the scan's floor; ARCHITECTURE
-§4, "Compactions that race").
+"""How far back a Delta table's history must be read for fanout's unchecked compactions,
+told by its loaded snapshot, without reading that history: before its first compaction
+of a table, fanout commits the app transaction :data:`MARK` (a commit of no file; a
+compaction that can carry app transactions, the ledger's overwrite, carries it itself)
+whose version is one up to which every fanout compaction of the table is checked: the
+version its scan checked up to, which read the history back to the newest checked record
+first (the mark's scan floor; ARCHITECTURE §4, "Compactions that race"). On a table fanout
+never compacted that scan finds nothing, and the mark is the snapshot's version.
+
+No mark does not mean no fanout compaction: a fanout built before the mark compacted
+without one, and a table that expired app transactions (``delta.setTransactionRetentionDuration``,
+set then removed) lost it at a checkpoint. So only a compaction commits a mark, after a
+scan that read back to the newest checked record; an open, to stay cheap, reads nothing
+of an unmarked table, and its unchecked compactions are checked at its next fanout
+compaction (:func:`fanout.delta_tables.compaction.scan.since_checked`).
 
 An app transaction lives in the table's state (every log checkpoint keeps it) and
-``transaction_version`` reads it from the snapshot's log, no commit info. Only a table that
-expires app transactions (``delta.setTransactionRetentionDuration`` set: an expired mark
-looks like none) cannot tell: its history is read as before the mark existed.
+``transaction_version`` reads it from the snapshot's log, no commit info. A table that
+expires app transactions (``delta.setTransactionRetentionDuration`` set) does not trust
+its mark: its history is read as before the mark existed.
 """
 
 from __future__ import annotations
@@ -30,31 +37,39 @@ MARK = "fanout#compactions"
 ``/``: pipelines' and sinks' are ``fanout/...``)."""
 
 
+def expires_marks(table: DeltaTable) -> bool:
+    """Whether ``table`` expires app transactions (its mark may be gone: not trusted)."""
+    return TXN_RETENTION in (table.metadata().configuration or {})
+
+
 def compactions_after(table: DeltaTable) -> int | None:
-    """The version after which every fanout compaction of ``table`` lies, as far as its
-    loaded snapshot tells: the mark's; the loaded version when the table holds no mark
-    (no fanout compaction at all); ``None`` when it cannot tell (it expires app
-    transactions)."""
-    if TXN_RETENTION in (table.metadata().configuration or {}):
+    """The version up to which every fanout compaction of ``table`` is checked, as its
+    loaded snapshot tells: the mark's (at most the loaded version); ``None`` when it
+    cannot tell: it holds no mark, or expires app transactions."""
+    if expires_marks(table):
         return None
     after = deltaio.transaction_version(table, MARK)
-    return table.version() if after is None else min(after, table.version())
+    return None if after is None else min(after, table.version())
 
 
-def with_mark(table: DeltaTable, metadata: Mapping[str, str]) -> CommitProperties:
+def with_mark(table: DeltaTable, metadata: Mapping[str, str], checked: int) -> CommitProperties:
     """The commit properties of a compaction committed from ``table``'s snapshot that can
     carry app transactions (an overwrite, not delta-rs' ``OPTIMIZE``): ``metadata``, and the
-    mark when the snapshot holds none (no commit of its own then)."""
+    mark at ``checked`` (the version up to which its scan checked every fanout compaction)
+    when the snapshot holds none (no commit of its own then)."""
     unmarked = deltaio.transaction_version(table, MARK) is None
-    return deltaio.commit_properties({MARK: table.version()} if unmarked else {}, metadata)
+    return deltaio.commit_properties({MARK: checked} if unmarked else {}, metadata)
 
 
-def mark_compacted(table: DeltaTable, storage_options: Mapping[str, str] | None) -> None:
-    """Commit the mark before fanout's first compaction of ``table`` (nothing when its
-    snapshot holds it), on a snapshot of its own: the compaction still plans on ``table``'s,
-    and commits after the mark all the same. A mark another process committed first (or
-    meanwhile, failing this commit) is as good: its version too is one of a snapshot
-    holding none, before this compaction's.
+def mark_compacted(
+    table: DeltaTable, storage_options: Mapping[str, str] | None, checked: int
+) -> None:
+    """Commit the mark at ``checked`` (the version up to which the compaction's scan
+    checked every fanout compaction) before a fanout compaction of ``table`` (nothing when
+    its snapshot holds it), on a snapshot of its own: the compaction still plans on
+    ``table``'s, and commits after the mark all the same. A mark another process committed
+    first (or meanwhile, failing this commit) is as good: its version too is one its scan
+    checked up to.
 
     :raises Exception: delta-rs' error when the mark could not be committed nor found."""
     from deltalake import DeltaTable
@@ -71,7 +86,7 @@ def mark_compacted(table: DeltaTable, storage_options: Mapping[str, str] | None)
             "append",
             own.schema(),
             list(own.metadata().partition_columns),
-            commit_properties=deltaio.commit_properties({MARK: own.version()}, tag),
+            commit_properties=deltaio.commit_properties({MARK: checked}, tag),
         )
     except Exception:
         own.update_incremental()

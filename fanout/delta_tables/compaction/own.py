@@ -28,13 +28,17 @@ RESTORE undoes it or a person's fix commits with ``"take back <token>"`` (as
 fanout commits records in its commit info the version up to which every fanout
 compaction was checked (``fanoutCompactionsChecked``), so the scan reads the history
 back to the newest such record only (and a process remembers the version it checked
-last), and never before the table's mark of fanout's first compaction of it
-(:mod:`~fanout.delta_tables.compaction.marker`): a table without the mark has nothing to
-check, and its history is not read. A compaction whose snapshot was the version just
-before its commit (``readVersion``) cannot have raced and is passed without reading its snapshots.
+last), and never before the table's mark, which fanout's first compaction of it commits
+at the version its scan checked up to (:mod:`~fanout.delta_tables.compaction.marker`). A
+table without the mark may still hold fanout compactions (a fanout built before the mark;
+a mark expired by a retention since removed): the sink's open does not read its history,
+its next compaction reads it back to the newest checked record, once. A compaction whose
+snapshot was the version just before its commit (``readVersion``) cannot have raced and is
+passed without reading its snapshots.
 Readers streaming the table skip the late taking back (``dataChange=false``) as they
 skipped the compaction; a reader of the latest version saw the rows twice from the
-compaction to the next fanout run that compacts the table (or opens its sink).
+compaction to the next fanout run that compacts the table (or opens its sink, when
+the table holds the mark).
 
 What it cannot see: a compaction by another program (a scheduled ``OPTIMIZE``) that
 planned before this one committed and commits after it duplicates the rows the same
@@ -42,8 +46,8 @@ way; only that program's own commit could be checked, and it carries no fanout t
 Nor the Delta sink's Spark engine's compaction (delta-spark's ``OPTIMIZE``, untagged),
 nor, on a table that expires app transactions (where the mark cannot be trusted), past its
 :data:`~fanout.delta_tables.compaction.scan.RECENT` newest commits, a sink's table whose
-``compact_every`` was removed after the crash (its open then looks only there) until a
-fanout compaction of the table runs again.
+``compact_every`` was removed after the crash (its open then looks only there), nor, on a
+table without the mark, any sink's open: until a fanout compaction of the table runs again.
 """
 
 from __future__ import annotations
@@ -127,10 +131,10 @@ def _compact(
     tags = {COMMIT_TAG: compaction_tag(token), CHECKED_TAG: str(checked)}
     metrics: Mapping[str, Any]
     if rewrite is None:
-        mark_compacted(table, storage_options)  # an OPTIMIZE drops app transactions
+        mark_compacted(table, storage_options, checked)  # an OPTIMIZE drops app transactions
         metrics = table.optimize.compact(commit_properties=CommitProperties(custom_metadata=tags))
     else:
-        metrics = rewrite(table, with_mark(table, tags))
+        metrics = rewrite(table, with_mark(table, tags, checked))
     removed, added = int(metrics.get("numFilesRemoved", 0)), int(metrics.get("numFilesAdded", 0))
     if not added:
         return Compaction(removed, added, False, table.version())

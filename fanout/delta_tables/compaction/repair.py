@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypeVar
 from fanout.delta_tables import io as deltaio
 from fanout.delta_tables.compaction import refusals
 from fanout.delta_tables.compaction.files import changed, duplicates, files, missing, undone
-from fanout.delta_tables.compaction.scan import remember_checked, since_checked
+from fanout.delta_tables.compaction.scan import remember_checked, since_checked, unread_unmarked
 from fanout.delta_tables.compaction.tags import compaction_token, taken_back
 from fanout.delta_tables.compaction.take_back import take_back
 from fanout.errors import CompactionError
@@ -30,12 +30,15 @@ def repair_unchecked(
     storage_options: Mapping[str, str] | None,
     *,
     data_change: bool = False,
-) -> int:
+) -> int | None:
     """Check every fanout compaction in ``table``'s history up to its loaded version since
     the last checked point (:mod:`fanout.delta_tables.compaction.scan`) and take back each
     that duplicated rows and was not taken back: its process ended between its commit and
     its check. Return the version up to which every fanout compaction is checked (the
-    loaded version; ``table`` is advanced past the takings back, if any).
+    loaded version; ``table`` is advanced past the takings back, if any); ``None``, nothing
+    read, on a table without fanout's mark
+    (:func:`~fanout.delta_tables.compaction.scan.unread_unmarked`: its next fanout
+    compaction checks it).
 
     :param what: the table as messages name it.
     :param data_change: the ``dataChange`` of a taking back's actions (as
@@ -47,6 +50,8 @@ def repair_unchecked(
         as the message says.
     :raises HistoryUnsettledError: other writers committed during each read of the history.
     """
+    if unread_unmarked(table):
+        return None
     at, refused = scan(table, what, storage_options, data_change=data_change)
     return unless(refused, at)
 
@@ -55,11 +60,14 @@ def would_take_back(
     table: DeltaTable, what: str, storage_options: Mapping[str, str] | None
 ) -> list[int]:
     """What :func:`repair_unchecked` would do, changing nothing (``fanout validate``): the
-    versions of the unchecked compactions it would take back.
+    versions of the unchecked compactions it would take back (none on a table without
+    fanout's mark, which it does not read either).
 
     :raises CompactionError: one of them cannot be taken back (as :func:`repair_unchecked`).
     """
     would: list[int] = []
+    if unread_unmarked(table):
+        return would
     _, refused = scan(table, what, storage_options, data_change=False, would=would)
     return unless(refused, would)
 

@@ -1,14 +1,15 @@
 """Reading a Delta table's history for the fanout compactions not yet checked: back to the
 last checked point (the newest :data:`~fanout.delta_tables.compaction.tags.CHECKED_TAG`
-record, the version this process checked last, or the version before which the table holds
-no fanout compaction, :mod:`~fanout.delta_tables.compaction.marker`), newest first."""
+record, the version this process checked last, or the table's mark,
+:mod:`~fanout.delta_tables.compaction.marker`), newest first. A table without the mark is
+read by a compaction only (which then commits the mark), not by an open."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from fanout.delta_tables import io as deltaio
-from fanout.delta_tables.compaction.marker import compactions_after
+from fanout.delta_tables.compaction.marker import compactions_after, expires_marks
 from fanout.delta_tables.compaction.tags import checked_mark, compaction_token
 
 if TYPE_CHECKING:
@@ -41,15 +42,29 @@ def remember_checked(uri: str, version: int) -> None:
 
 
 def worth_a_scan(table: DeltaTable) -> bool:
-    """Whether ``table`` may hold a fanout compaction to check (a sink no longer compacting
-    scans only then): it holds the mark of a table fanout compacts, or, when it cannot tell
-    (it expires app transactions), a fanout compaction is among its newest :data:`RECENT`
-    commits."""
+    """Whether ``table`` may hold a fanout compaction an open checks (a sink no longer
+    compacting scans only then): fanout committed compactions after its mark, or, when it
+    cannot trust the mark (it expires app transactions), a fanout compaction is among its
+    newest :data:`RECENT` commits. A table without the mark is not looked at
+    (:func:`unread_unmarked`)."""
+    if expires_marks(table):
+        return any(
+            compaction_token(info) is not None for info in deltaio.numbered_history(table, RECENT)
+        )
     after = compactions_after(table)
-    if after is not None:
-        return after < table.version()
-    return any(
-        compaction_token(info) is not None for info in deltaio.numbered_history(table, RECENT)
+    return after is not None and after < table.version()
+
+
+def unread_unmarked(table: DeltaTable) -> bool:
+    """Whether an open leaves ``table``'s history unread: it holds no mark, keeps app
+    transactions, and this process checked none of it. It may hold fanout compactions all
+    the same (by a fanout built before the mark; a mark a retention since removed expired),
+    checked at its next fanout compaction: that one's scan reads back to the newest checked
+    record (:func:`since_checked`), once, then commits the mark."""
+    return (
+        checked_through(table.table_uri) is None
+        and compactions_after(table) is None
+        and not expires_marks(table)
     )
 
 
@@ -59,7 +74,8 @@ def since_checked(table: DeltaTable) -> list[dict[str, Any]]:
     checked record), up to its loaded version, newest first; never at or before the mark's
     version (:func:`~fanout.delta_tables.compaction.marker.compactions_after`). Without a
     version checked by this process, the newest :data:`FIRST_LOOK` commits are read first,
-    then four times as many, up to the whole history (or the mark)."""
+    then four times as many, up to the whole history (or the mark): on a table without the
+    mark, back to the newest checked record (or its first commit)."""
     at, cached = table.version(), checked_through(table.table_uri)
     cached = cached if cached is not None and cached <= at else None
     bound = compactions_after(table)

@@ -852,7 +852,9 @@ class DeltaSink(Sink):
         and was killed before checking (:func:`fanout.delta_tables.compaction.repair_unchecked`);
         a repair that fails is logged, as a failed compaction is: the next one looks again.
         Without ``compact_every`` (removed since the crash) only when fanout compacted the
-        table (``worth_a_scan``): the history of a table none compacted is not read.
+        table since its mark (``worth_a_scan``); the history of a table without fanout's mark
+        is not read (``repair_unchecked`` returns at once): its next fanout compaction
+        reads it back to the newest checked record.
         ``fanout validate`` (``context.checking``) changes nothing: it tells what the run
         would take back, and logs a refusal as the run does."""
         from fanout.delta_tables.compaction import (

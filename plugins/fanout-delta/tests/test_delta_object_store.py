@@ -156,7 +156,8 @@ def test_an_unchecked_compaction_whose_removed_files_vacuum_deleted_on_s3_is_ref
     uri = f"s3://{BUCKET}/vacuumed"
     for i in range(4):
         write_deltalake(uri, pa.table({"id": [i]}), mode="append", storage_options=s3)
-    mark_compacted(DeltaTable(uri, storage_options=s3), s3)  # as fanout's first compaction
+    first = DeltaTable(uri, storage_options=s3)
+    mark_compacted(first, s3, first.version())  # as fanout's first compaction
     other = DeltaTable(uri, storage_options=s3)  # plans on ids 0-3
     write_deltalake(uri, pa.table({"id": [4]}), mode="append", storage_options=s3)
     mine = DeltaTable(uri, storage_options=s3)  # plans on ids 0-4: removes id 4's alone
