@@ -10,12 +10,15 @@ runs the batches:
 
 - between batches (pyspark's loop waits on its socket for the next one), the FanOut is
   closed there and then, and the process ends (status 143, SIGTERM's);
-- inside a batch, :class:`WorkerTerminated` (a ``SystemExit``) unwinds the batch as any
-  ``BaseException`` does (invariant 4): the sinks' writes running in other threads end
+- inside a ``FanOut.__call__`` (from its first line to its last: :func:`call_entered`),
+  :class:`WorkerTerminated` (a ``SystemExit``) unwinds the batch as any ``BaseException``
+  does (invariant 4): the sinks' writes running in other threads end
   whole, each marked after its own write as always; the attempt cut in the main thread is
   recorded as failed, never marked; the FanOut closes before the error leaves its call,
   and the process exits. Nothing commits half a batch: a sink's own transaction is
-  committed by its write or not at all;
+  committed by its write or not at all. Never a close from the handler there: the
+  interrupted frame may hold a lock the close needs (the ledger's, the Connect client's),
+  and the close would wait for it forever;
 - while a FanOut of the process is closing or closed (a failed batch's close, or at exit),
   nothing: the process is ending already, and Spark's second SIGTERM must not cut a close.
 
@@ -76,6 +79,10 @@ _lock = threading.Lock()
 _installed = False
 _raised = False
 _signalled = False
+_calls: list[int] = []
+"""The thread of each ``FanOut.__call__`` running now (:func:`call_entered`). A list's
+``append`` and ``remove`` are one step each under the GIL: no lock the handler could find
+held by the frame it interrupted."""
 
 
 def watch(fan: Any) -> bool:
@@ -96,6 +103,17 @@ def watch(fan: Any) -> bool:
             _installed = True
         _watched.append(weakref.ref(fan))
     return True
+
+
+def call_entered() -> None:
+    """A ``FanOut.__call__`` begins (its first line): until its :func:`call_left`, a
+    SIGTERM unwinds it (:class:`WorkerTerminated`), never closes from the handler."""
+    _calls.append(threading.get_ident())
+
+
+def call_left() -> None:
+    """The ``FanOut.__call__`` of this thread that began last ends (its last line)."""
+    _calls.remove(threading.get_ident())
 
 
 def _install() -> bool:
@@ -127,8 +145,9 @@ def _install() -> bool:
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM's handler (main thread): close and end between batches, unwind a batch in
-    progress (:class:`WorkerTerminated`, once), nothing while a close runs or ran."""
+    """SIGTERM's handler (main thread): unwind a ``FanOut.__call__`` running
+    (:class:`WorkerTerminated`, once), close and end between batches, nothing while a close
+    runs or ran."""
     global _raised, _signalled
     _signalled = True
     fans = _alive()
@@ -139,7 +158,7 @@ def _terminated(signum: int, frame: FrameType | None) -> None:
         "closing the FanOut built here, then exiting; a batch in progress is cut before "
         "its marks and runs again at the query's restart"
     )
-    if all(fan.stop_gate.inside is None for fan in fans):
+    if not _calls:  # outside every FanOut call: no frame of fanout's holds a lock
         _exit_closed()
     _raised = True
     raise WorkerTerminated
@@ -185,4 +204,12 @@ def _end_after_grace(read: int) -> None:
     os._exit(EXIT_STATUS)
 
 
-__all__ = ["EXIT_STATUS", "GRACE_S", "WORKER_ENV", "WorkerTerminated", "watch"]
+__all__ = [
+    "EXIT_STATUS",
+    "GRACE_S",
+    "WORKER_ENV",
+    "WorkerTerminated",
+    "call_entered",
+    "call_left",
+    "watch",
+]

@@ -45,33 +45,63 @@ class HeldSink(ClosingSink):
                     raise
 
 
-def _worker(tmp_path: Path, sink: ClosingSink, then: str) -> subprocess.Popen[str]:
+def _worker(
+    tmp_path: Path,
+    sink: ClosingSink,
+    then: str,
+    *,
+    before: str = "",
+    built: str = "",
+    grace: float = 30.0,
+) -> subprocess.Popen[str]:
     """A process as Spark starts beside a Connect server (:data:`worker_end.WORKER_ENV`
-    set) that unpickles the FanOut, writes batch 0 with it, prints ``ready``, then runs
-    ``then``."""
+    set) that runs ``before``, unpickles the FanOut, writes batch 0 with it, runs
+    ``built``, prints ``ready``, then runs ``then``; its grace is ``grace`` seconds."""
     fan = FanOut("ending", str(tmp_path / "ledger"), [sink], retries=0)
     fan.close()
     Path(sink.note).unlink()  # the client's own close
     pickled = tmp_path / "fan.pickle"
     pickled.write_bytes(cloudpickle.dumps(fan))
-    code = textwrap.dedent(f"""
+    code = (
+        textwrap.dedent(before)
+        + textwrap.dedent(f"""
         import sys
         from pyspark import cloudpickle
         from fanout.steps import worker_end
         from tests.unit.fakes import FakeFrame
-        worker_end.GRACE_S = 2.0
+        worker_end.GRACE_S = {grace!r}
         fan = cloudpickle.loads(open({str(pickled)!r}, "rb").read())
         fan(FakeFrame(), 0)
-        print("ready", flush=True)
-    """) + textwrap.dedent(then)
+    """)
+        + textwrap.dedent(built)
+        + 'print("ready", flush=True)\n'
+        + textwrap.dedent(then)
+    )
     env = {**os.environ, worker_end.WORKER_ENV: "sc://localhost:15002/;user_id=test"}
     process = subprocess.Popen(
         [sys.executable, "-c", code], cwd=REPO, env=env, text=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     assert process.stdout is not None
-    assert process.stdout.readline() == "ready\n", process.communicate(timeout=60)
+    line = b""  # read from the fd itself: a readline() would buffer what follows, which
+    while not line.endswith(b"\n"):  # communicate() (reading the fd) would then miss
+        byte = os.read(process.stdout.fileno(), 1)
+        if not byte:
+            break
+        line += byte
+    assert line == b"ready\n", process.communicate(timeout=60)
     return process
+
+
+def _ended(worker: subprocess.Popen[str], timeout_s: float = 60.0) -> tuple[str, str]:
+    """The process's stdout and stderr once it has ended; killed and failed if it has not
+    ended within ``timeout_s``."""
+    try:
+        return worker.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        _, err = worker.communicate()
+        pytest.fail(f"the process was still running {timeout_s} s later: {err}")
 
 
 def _entries(tmp_path: Path) -> list[tuple[str, int, str, str]]:
@@ -80,8 +110,8 @@ def _entries(tmp_path: Path) -> list[tuple[str, int, str, str]]:
     return sorted((e.sink, e.batch_id, e.status, e.error or "") for e in rows)
 
 
-def _wait_for(path: Path) -> None:
-    deadline = time.monotonic() + 60
+def _wait_for(path: Path, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.02)
@@ -99,7 +129,7 @@ def test_sigterm_between_batches_closes_the_fan_out_and_ends_the_process(
         print("the wait was not ended", flush=True)
     """)  # fmt: skip
     worker.send_signal(signal.SIGTERM)
-    out, err = worker.communicate(timeout=60)
+    out, err = _ended(worker)
     assert (worker.returncode, out) == (143, ""), err
     assert note.read_text() == "closed\n"
     assert _entries(tmp_path) == [("rec", 0, "committed", "")]
@@ -118,7 +148,7 @@ def test_sigterm_inside_a_batch_cuts_it_unmarked_and_closes_the_fan_out(
     """)  # fmt: skip
     _wait_for(began)
     worker.send_signal(signal.SIGTERM)
-    out, err = worker.communicate(timeout=60)
+    out, err = _ended(worker)
     assert (worker.returncode, out) == (143, ""), err
     assert note.read_text() == "closed\n"
     assert _entries(tmp_path) == [
@@ -129,16 +159,51 @@ def test_sigterm_inside_a_batch_cuts_it_unmarked_and_closes_the_fan_out(
     ]  # fmt: skip
 
 
+def test_sigterm_in_fanout_code_outside_the_gate_unwinds_it_rather_than_closing_there(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM comes while ``FanOut.__call__`` runs its own code before the stop gate (no
+    batch inside the gate), that code holding a lock ``close()`` takes (here the sink
+    owners' lock, standing for the ledger's or the Connect client's): the call is unwound
+    and the FanOut closed at exit, at once. Before, the handler read "no batch inside the
+    gate" as between batches and closed there, under the lock its own thread held: the
+    close waited for it until the grace (30 s here) ended the process."""
+    note, began = tmp_path / "closed.txt", tmp_path / "began"
+    worker = _worker(tmp_path, ClosingSink("rec", note=str(note)), f"""
+        import time
+        from pathlib import Path
+        from fanout.steps import owners
+
+        def entering():
+            with owners._lock:
+                Path({str(began)!r}).write_text("in")
+                while True:
+                    time.sleep(0.05)
+
+        fan._refusals.entering = entering  # the first of fanout's steps, before the gate
+        fan(FakeFrame(), 1)
+    """)  # fmt: skip
+    _wait_for(began)
+    sent = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    out, err = _ended(worker)
+    assert (worker.returncode, out) == (143, ""), err
+    assert time.monotonic() - sent < 20, err
+    assert "still running" not in err
+    assert note.read_text() == "closed\n"
+    assert _entries(tmp_path) == [("rec", 0, "committed", "")]
+
+
 def test_a_process_that_does_not_end_is_ended_after_the_grace(tmp_path: Path) -> None:
     """A write that swallows the exit (or a call that never returns to Python) would keep
     the process alive: it is ended GRACE_S (2 s here) after the SIGTERM all the same."""
     note, began = tmp_path / "closed.txt", tmp_path / "began"
     sink = HeldSink("rec", note=str(note), began=str(began), swallow=True)
-    worker = _worker(tmp_path, sink, "fan(FakeFrame(), 1)\n")
+    worker = _worker(tmp_path, sink, "fan(FakeFrame(), 1)\n", grace=2.0)
     _wait_for(began)
     sent = time.monotonic()
     worker.send_signal(signal.SIGTERM)
-    out, err = worker.communicate(timeout=60)
+    out, err = _ended(worker)
     waited = time.monotonic() - sent
     assert (worker.returncode, out) == (143, ""), err
     assert 2.0 <= waited < 30, waited
