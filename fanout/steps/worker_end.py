@@ -26,11 +26,14 @@ The process's exit itself can hang: the interpreter's finalization, after ``atex
 been seen to wait forever on a lock taken in a gRPC callback (the Connect client's
 channel), which Spark's SIGTERM used to cut short. So a watched process ends with
 ``os._exit`` as soon as its FanOuts are closed, from an ``atexit`` callback that runs before
-the others (after ``logging`` is flushed): status 143 once SIGTERM came, else 0. And a
-handler runs only when the main thread is back in Python: whatever that thread is doing (a
-call that never returns, a write that swallows the exit, a non-daemon thread the exit waits
-for), the signal's own wake-up byte (``signal.set_wakeup_fd``) wakes a thread that ends the
-process :data:`GRACE_S` after the first SIGTERM, as the default action would have at once.
+the others (after ``logging`` is flushed): status 143 once SIGTERM came, else 0.
+A handler runs only when the main thread is back in Python; whatever that thread does then
+(a write that swallows the exit, a non-daemon thread the exit waits for), a timer the
+handler starts ends the process :data:`GRACE_S` after the first SIGTERM, as the default
+action would have at once. For a main thread that never gets back to Python (a call that
+never returns), the signal's own wake-up byte (``signal.set_wakeup_fd``, written by the
+C-level handler) wakes a thread that does the same, while that fd is still this module's
+(an event loop may set its own, or clear it, later).
 """
 
 from __future__ import annotations
@@ -147,9 +150,11 @@ def _install() -> bool:
 def _terminated(signum: int, frame: FrameType | None) -> None:
     """SIGTERM's handler (main thread): unwind a ``FanOut.__call__`` running
     (:class:`WorkerTerminated`, once), close and end between batches, nothing while a close
-    runs or ran."""
+    runs or ran; the grace starts at the first."""
     global _raised, _signalled
-    _signalled = True
+    if not _signalled:
+        _signalled = True
+        _start_grace()
     fans = _alive()
     if _raised or any(vars(fan).get("_closed", False) for fan in fans):
         return
@@ -187,6 +192,16 @@ def _exit_closed() -> None:
     os._exit(EXIT_STATUS if _signalled else 0)
 
 
+def _start_grace() -> None:
+    """End the process :data:`GRACE_S` from now, from a daemon thread."""
+    timer = threading.Timer(GRACE_S, _end_now)
+    timer.name, timer.daemon = "fanout-worker-grace", True
+    try:
+        timer.start()
+    except RuntimeError:  # too late in the exit for a thread: the exit is ending it
+        log.warning("no thread to end this foreachBatch process after its grace")
+
+
 def _end_after_grace(read: int) -> None:
     """Wait for SIGTERM's wake-up byte, then end the process :data:`GRACE_S` later."""
     while True:
@@ -196,6 +211,11 @@ def _end_after_grace(read: int) -> None:
         if signal.SIGTERM in woke:  # other signals' bytes come through too
             break
     time.sleep(GRACE_S)
+    _end_now()
+
+
+def _end_now() -> None:
+    """End the process at its grace's end, logged."""
     log.error(
         "this foreachBatch process was still running %g s after Spark's SIGTERM (a close "
         "or a write that did not end): ended now, as a kill would",

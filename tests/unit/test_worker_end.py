@@ -211,6 +211,28 @@ def test_a_process_that_does_not_end_is_ended_after_the_grace(tmp_path: Path) ->
     assert not note.exists()  # nothing closed: the write never let the batch end
 
 
+def test_the_grace_does_not_need_the_signal_wakeup_fd(tmp_path: Path) -> None:
+    """The wake-up fd fanout set was cleared (as an event loop does when it closes, or
+    replaced by its own): the handler's own timer ends the process after the grace.
+    Before, only the fd's byte started the grace: the process ran on."""
+    note, began = tmp_path / "closed.txt", tmp_path / "began"
+    sink = HeldSink("rec", note=str(note), began=str(began), swallow=True)
+    worker = _worker(tmp_path, sink, """
+        import signal
+        signal.set_wakeup_fd(-1)
+        fan(FakeFrame(), 1)
+    """, grace=2.0)  # fmt: skip
+    _wait_for(began)
+    sent = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    out, err = _ended(worker, 30)
+    waited = time.monotonic() - sent
+    assert (worker.returncode, out) == (143, ""), err
+    assert 2.0 <= waited < 30, waited
+    assert "still running 2 s after Spark's SIGTERM" in err
+    assert not note.exists()
+
+
 def test_nothing_is_installed_outside_connects_worker_or_over_a_handler(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
