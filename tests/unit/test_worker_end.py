@@ -24,6 +24,10 @@ from tests.unit.test_built_fan_out_close import ClosingSink
 
 REPO = Path(__file__).resolve().parents[2]
 
+CALLBACKS = 'import atexit\natexit.register(print, "earlier callback ran", flush=True)\n'
+"""An ``atexit`` callback registered as the process starts (as coverage's or a tracer's
+is), before fanout's."""
+
 
 class HeldSink(ClosingSink):
     """Batch 1's write says it began (the file ``began``) and runs until the process
@@ -117,24 +121,6 @@ def _wait_for(path: Path, timeout_s: float = 60.0) -> None:
         time.sleep(0.02)
 
 
-def test_sigterm_between_batches_closes_the_fan_out_and_ends_the_process(
-    tmp_path: Path,
-) -> None:
-    """pyspark's loop waits on its socket for the next batch (here: stdin); SIGTERM ends
-    the wait, the process exits (status 143, as SIGTERM's) and its exit closed the sink
-    once. Before, SIGTERM's default action killed it with its sink open."""
-    note = tmp_path / "closed.txt"
-    worker = _worker(tmp_path, ClosingSink("rec", note=str(note)), """
-        sys.stdin.read()
-        print("the wait was not ended", flush=True)
-    """)  # fmt: skip
-    worker.send_signal(signal.SIGTERM)
-    out, err = _ended(worker)
-    assert (worker.returncode, out) == (143, ""), err
-    assert note.read_text() == "closed\n"
-    assert _entries(tmp_path) == [("rec", 0, "committed", "")]
-
-
 def test_sigterm_inside_a_batch_cuts_it_unmarked_and_closes_the_fan_out(
     tmp_path: Path,
 ) -> None:
@@ -192,6 +178,62 @@ def test_sigterm_in_fanout_code_outside_the_gate_unwinds_it_rather_than_closing_
     assert "still running" not in err
     assert note.read_text() == "closed\n"
     assert _entries(tmp_path) == [("rec", 0, "committed", "")]
+
+
+@pytest.mark.parametrize(
+    ("then", "sigterm", "status"),
+    [
+        ("sys.stdin.read()\nprint('the wait was not ended')\n", True, 143),
+        ("sys.exit(3)\n", False, 3),
+    ],
+    ids=["sigterm-between-batches", "exit-without-sigterm"],
+)
+def test_the_exit_closes_the_fan_out_and_runs_every_atexit_callback_once(
+    tmp_path: Path, then: str, sigterm: bool, status: int
+) -> None:
+    """pyspark's loop waits on its socket for the next batch (here: stdin) when SIGTERM
+    ends the wait, or the process exits by itself (status 3). Either way the sink is closed
+    once and the ``atexit`` callbacks registered before fanout's (coverage's, a tracer's)
+    and after it run once each, in their usual order. After a SIGTERM the process ends
+    with ``os._exit(143)`` then (its finalization has hung on a gRPC lock); without one, as
+    Python's exit, with its own status. Before: SIGTERM's default action killed the process
+    with its sink open; then fanout's ``os._exit`` ran none of the earlier callbacks, and
+    made status 3 a 0."""
+    note = tmp_path / "closed.txt"
+    later = 'atexit.register(print, "later callback ran", flush=True)\n'
+    sink = ClosingSink("rec", note=str(note))
+    worker = _worker(tmp_path, sink, then, before=CALLBACKS, built=later)
+    if sigterm:
+        worker.send_signal(signal.SIGTERM)
+    out, err = _ended(worker)
+    assert (worker.returncode, out) == (status, "later callback ran\nearlier callback ran\n"), err
+    assert note.read_text() == "closed\n"
+    assert _entries(tmp_path) == [("rec", 0, "committed", "")]
+
+
+def test_a_sigterm_once_the_fan_out_is_closed_at_exit_has_its_default_action(
+    tmp_path: Path,
+) -> None:
+    """Once fanout's exit callback closed the FanOut (no SIGTERM yet), SIGTERM ends the
+    process as it would without fanout (killed: -15), so it still cuts an exit that hangs
+    after ``atexit`` (the interpreter's finalization), as it did before fanout handled it.
+    Here an earlier callback, run after fanout's, waits; before the fix it never ran."""
+    note, exiting = tmp_path / "closed.txt", tmp_path / "exiting"
+    worker = _worker(tmp_path, ClosingSink("rec", note=str(note)), "", before=f"""
+        import atexit, time
+        from pathlib import Path
+
+        def exiting():
+            Path({str(exiting)!r}).write_text("in")
+            time.sleep(60)
+
+        atexit.register(exiting)
+    """)  # fmt: skip
+    _wait_for(exiting, 30)
+    worker.send_signal(signal.SIGTERM)
+    out, err = _ended(worker, 20)
+    assert (worker.returncode, out) == (-signal.SIGTERM, ""), err
+    assert note.read_text() == "closed\n"
 
 
 def test_a_process_that_does_not_end_is_ended_after_the_grace(tmp_path: Path) -> None:
