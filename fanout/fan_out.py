@@ -133,6 +133,7 @@ from fanout.steps.timeout import (
     BoundedCall,
 )
 from fanout.steps.unmarked import answers_holds_batch, lift_fences, refuse_unmarked
+from fanout.steps.worker_end import call_entered, call_left
 from fanout.steps.worker_end import watch as close_when_spark_ends_process
 from fanout.steps.write import write_all
 
@@ -889,35 +890,39 @@ class FanOut:
         before doing anything of the batch (Spark then runs it again at the next start).
         A ``FanOut`` built here from its pickle (under Spark Connect, beside the server)
         closes itself before an error leaves this call: its query ends with it."""
-        if "_context" not in self.__dict__:  # unpickled: build the pipeline here
-            self._build(getattr(batch_df, "sparkSession", None))
-        info: BatchInfo | None = None
-        first = False
-        self._refusals.entering()
+        call_entered()  # from here a SIGTERM unwinds this call, never closes (worker_end)
         try:
-            if (
-                is_connect(batch_df)
-                and not self.stop_gate.closed
-                and stop_asked_by_client(
-                    batch_df,
-                    self.pipeline,
-                    self._context.checkpoint_location,
-                    self._other_runs_stops,
-                )
-            ):  # a Connect client's request_stop(query): its gate is not this one
-                self.stop_gate.close()
-            self.stop_gate.enter(batch_id)  # refused once a stop was requested
+            if "_context" not in self.__dict__:  # unpickled: build the pipeline here
+                self._build(getattr(batch_df, "sparkSession", None))
+            info: BatchInfo | None = None
+            first = False
+            self._refusals.entering()
             try:
-                self._refuse_if_closed_here(batch_id)
-                info = self._context.read(batch_df, batch_id)  # 1. context
-                first = self._first_attempt(info)  # as it enters: a replay check marks it
-                self.process(batch_df, info)
-            finally:
-                self.stop_gate.leave()
-        except BaseException as error:
-            self._left_refused(batch_df, batch_id, info, first, error)
-            self._close_if_built_here(batch_id)
-            raise
+                if (
+                    is_connect(batch_df)
+                    and not self.stop_gate.closed
+                    and stop_asked_by_client(
+                        batch_df,
+                        self.pipeline,
+                        self._context.checkpoint_location,
+                        self._other_runs_stops,
+                    )
+                ):  # a Connect client's request_stop(query): its gate is not this one
+                    self.stop_gate.close()
+                self.stop_gate.enter(batch_id)  # refused once a stop was requested
+                try:
+                    self._refuse_if_closed_here(batch_id)
+                    info = self._context.read(batch_df, batch_id)  # 1. context
+                    first = self._first_attempt(info)  # as it enters: a replay check marks it
+                    self.process(batch_df, info)
+                finally:
+                    self.stop_gate.leave()
+            except BaseException as error:
+                self._left_refused(batch_df, batch_id, info, first, error)
+                self._close_if_built_here(batch_id)
+                raise
+        finally:
+            call_left()
 
     def _first_attempt(self, info: BatchInfo) -> bool:
         """Whether ``info`` is certainly its batch's first attempt, not a replay (``False``
