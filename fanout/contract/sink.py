@@ -683,12 +683,13 @@ OPTIONAL_HOOKS: tuple[str, ...] = (
     "records_gone",
     "harmless_rewrite",
     "remove_batch_hint",
+    "standing_problems",
     "exclusive_resources",
     "is_transient",
 )
 """The optional methods of :class:`Sink` that change what fanout does with a sink (a
-replay, a new epoch's start, ``fanout validate``, a shared job), as ``fanout plugins``
-lists them."""
+replay, a new epoch's start, ``fanout validate``, a shared job) or what it shows of it
+(``fanout status``), as ``fanout plugins`` lists them."""
 
 
 def implemented_hooks(sink_class: type[Sink], *, conditions: bool = False) -> list[str]:
