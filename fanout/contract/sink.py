@@ -638,8 +638,10 @@ class Sink:
         """What is wrong with this sink's target that only a person can fix, each as a text
         naming the target, what is wrong and the fix (the Delta sink: a compaction of its
         table that left rows twice and cannot be taken back). Called by ``fanout status
-        --config`` on a sink built from the pipeline file and not opened, at every draw:
-        reads only, changes nothing, and should cost little. Default: none."""
+        --config`` on a sink built from the pipeline file and not opened, at its first draw
+        and, with ``--watch``, at most once a minute after
+        (:class:`fanout.app.standing.SinkProblemsEvery`): reads only, changes nothing, and
+        should cost little. Default: none."""
         return ()
 
     def exclusive_resources(self, pipeline: str) -> Sequence[str]:
