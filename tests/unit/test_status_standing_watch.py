@@ -2,7 +2,7 @@
 (:meth:`fanout.Sink.standing_problems`, which may read each target) at its first draw and
 then at most once a minute, not at every redraw: such a problem changes only by hand
 (:class:`fanout.app.standing.SinkProblemsEvery`). No Spark; a real (delta-rs) ledger for
-the command."""
+the command (``test_status_config``'s)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from fanout import Sink
 from fanout.app.cli import main
 from fanout.app.standing import SINKS_ASKED_EVERY_S, SinkProblemsEvery
 from fanout.app.watch import watch
-from fanout.ledger.delta import DeltaLedger
-from fanout.ledger.entry import LedgerEntry, now_utc
+from tests.unit.test_status_config import _setup
 
 
 class CountingSink(Sink):
@@ -84,18 +83,7 @@ def test_status_watch_of_a_pipeline_file_asks_each_sink_once_for_three_quick_dra
 ) -> None:
     """``fanout status --config --watch --count 3 --interval 0``: the Delta sinks of the
     file are asked once each (the first draw), and every draw shows their problem."""
-    ledger = DeltaLedger(str(tmp_path / "ledger"))
-    ledger.open()
-    ledger.mark_committed(LedgerEntry("p", "a", 0, "committed", "q", started_at=now_utc()))
-    config = tmp_path / "pipeline.toml"
-    config.write_text(
-        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\ncheckpoint = '
-        f'"{tmp_path}/ckpt"\n[source]\nformat = "rate"\n'
-        + "".join(
-            f'[[sinks]]\ntype = "delta"\nname = "{s}"\npath = "{tmp_path}/{s}"\n'
-            for s in ("a", "b")
-        )
-    )
+    config = _setup(tmp_path)  # sinks a, b and c
     asked: list[str] = []
 
     def counted(sink: DeltaSink) -> Sequence[str]:
@@ -103,11 +91,11 @@ def test_status_watch_of_a_pipeline_file_asks_each_sink_once_for_three_quick_dra
         return (f"sink {sink.name!r} table: a problem to fix by hand",)
 
     monkeypatch.setattr(DeltaSink, "standing_problems", counted)
-    argv = ["status", "--config", str(config), "--watch", "--count", "3", "--interval", "0"]
+    argv = ["status", "--config", config, "--watch", "--count", "3", "--interval", "0"]
 
     assert main(argv) == 0
 
-    assert asked == ["a", "b"]
+    assert asked == ["a", "b", "c"]
     draws = re.split(r"\n(?=fanout status --config )", capsys.readouterr().out)
     assert len(draws) == 3
     for draw in draws:
@@ -115,4 +103,5 @@ def test_status_watch_of_a_pipeline_file_asks_each_sink_once_for_three_quick_dra
         assert footer.splitlines() == [
             "sink 'a' table: a problem to fix by hand",
             "sink 'b' table: a problem to fix by hand",
+            "sink 'c' table: a problem to fix by hand",
         ]
