@@ -13,8 +13,6 @@ Delta ledger and sink."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,6 +24,7 @@ import replay_driver
 from fanout import FanOut
 from fanout.app.recover_sinks import built_sink
 from fanout.contract.sink import SinkContext
+from tests.integration.signal_at_batch import stopped_run
 from tests.integration.streams import (
     backlog_pipeline,
     committed_marks,
@@ -35,7 +34,6 @@ from tests.integration.streams import (
     write_input,
 )
 from tests.integration.test_stop_records_refusal import (
-    DRIVER,
     FILES,
     ROWS,
     _planned_at,
@@ -66,13 +64,7 @@ def test_a_batch_refused_at_a_clean_stop_is_written_once_after_its_records_expir
     rows = write_input(tmp_path / "input", FILES, ROWS)
     [sink] = replay_driver.sinks(tmp_path)  # silver: app transactions kept 2 seconds
     config = backlog_pipeline(tmp_path, PIPELINE, sink)
-    done = subprocess.run(
-        [sys.executable, str(DRIVER), str(config), "1", "entry"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    out = done.stdout + done.stderr[-6000:]
-    assert "SIGNAL at entry of batch 1" in out, out
-    assert done.returncode == 0, out
+    out = stopped_run(config, 1)
     assert "stopped before batch 1 began (it runs at the next start)" in out, out
     ledger = tmp_path / "ledger"
     assert committed_marks(ledger, PIPELINE) == Counter({("silver", 0): 1})
