@@ -159,7 +159,7 @@ def _print_load_errors(registry: Registry) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Per sink: last committed batch, rows, last commit time, failed attempts; with
     ``--config``, of the pipeline file's pipeline, every sink of it listed."""
-    from fanout.app.standing import ledger_problems, sink_problems
+    from fanout.app.standing import SinkProblemsEvery, ledger_problems
     from fanout.app.status import checkpoint_fact, report
     from fanout.ledger.delta import DeltaLedger
 
@@ -201,6 +201,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
+    asked = SinkProblemsEvery(built)  # each sink at the first draw, then once a minute
+
     def once() -> str:
         nonlocal checked  # the spool's existence: checked at the first draw, not each redraw
         # --config before the first run: no ledger yet, every sink of the file "no mark yet"
@@ -208,7 +210,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         fact = None
         if checkpoint and pipeline is not None:
             fact = checkpoint_fact(checkpoint, present, pipeline, args.config)
-        problems = ledger_problems(present) + sink_problems(built)
+        problems = ledger_problems(present) + asked()
         text = report(present, pipeline, as_json=args.json, wide=args.wide, spool=spool,
                       spool_checked=checked, sinks=sinks, checkpoint=fact,
                       newest=True, problems=problems)  # fmt: skip
@@ -917,7 +919,11 @@ def build_parser(registry: Registry | None = None) -> argparse.ArgumentParser:
         "--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C"
     )
     status.add_argument(
-        "--interval", type=_seconds, default=5.0, help="seconds between refreshes (default 5)"
+        "--interval",
+        type=_seconds,
+        default=5.0,
+        help="seconds between refreshes (default 5; with --config, the sinks' targets are "
+        "asked for problems to fix by hand at most once a minute)",
     )
     status.add_argument(
         "--count", type=_positive, help="with --watch: stop after this many refreshes"

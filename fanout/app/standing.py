@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import textwrap
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fanout.delta_tables.io import one_line
@@ -56,6 +57,37 @@ def sink_problems(sinks: Mapping[str, Sink]) -> list[Problem]:
         except Exception as exc:
             log.debug("sink %r: standing problems not read: %s", name, one_line(str(exc)))
     return found
+
+
+SINKS_ASKED_EVERY_S = 60.0
+"""How often ``fanout status --watch`` asks the sinks again for their standing problems
+(:class:`SinkProblemsEvery`): the first draw asks, a redraw asks only once this many
+seconds passed since."""
+
+
+@dataclass
+class SinkProblemsEvery:
+    """:func:`sink_problems` for ``fanout status``'s draws: asked at the first, then again
+    only once ``every_s`` seconds passed since the last ask (a draw between shows the last
+    answer). A standing problem is a state of the target that only a person changes (a
+    refused compaction stays until someone fixes it), while asking may read the target (a
+    Delta table's log: on an object store, requests) at each draw: a ``--watch`` redrawn
+    every 5 s asked each sink 12 times a minute for an answer that changes by hand. So a
+    problem appears, or goes once fixed, within a minute of the change; the ledger and the
+    spool are still read at every draw."""
+
+    sinks: Mapping[str, Sink]
+    every_s: float = SINKS_ASKED_EVERY_S
+    clock: Callable[[], float] = time.monotonic
+    _asked_at: float | None = field(default=None, init=False)
+    _found: list[Problem] = field(default_factory=list, init=False)
+
+    def __call__(self) -> list[Problem]:
+        """The sinks' standing problems, asked now or at the last ask."""
+        now = self.clock()
+        if self._asked_at is None or now - self._asked_at >= self.every_s:
+            self._found, self._asked_at = sink_problems(self.sinks), now
+        return list(self._found)
 
 
 def problems_footer(problems: Sequence[Problem], width: int) -> str:

@@ -638,8 +638,10 @@ class Sink:
         """What is wrong with this sink's target that only a person can fix, each as a text
         naming the target, what is wrong and the fix (the Delta sink: a compaction of its
         table that left rows twice and cannot be taken back). Called by ``fanout status
-        --config`` on a sink built from the pipeline file and not opened, at every draw:
-        reads only, changes nothing, and should cost little. Default: none."""
+        --config`` on a sink built from the pipeline file and not opened, at its first draw
+        and, with ``--watch``, at most once a minute after
+        (:class:`fanout.app.standing.SinkProblemsEvery`): reads only, changes nothing, and
+        should cost little. Default: none."""
         return ()
 
     def exclusive_resources(self, pipeline: str) -> Sequence[str]:
@@ -683,12 +685,13 @@ OPTIONAL_HOOKS: tuple[str, ...] = (
     "records_gone",
     "harmless_rewrite",
     "remove_batch_hint",
+    "standing_problems",
     "exclusive_resources",
     "is_transient",
 )
 """The optional methods of :class:`Sink` that change what fanout does with a sink (a
-replay, a new epoch's start, ``fanout validate``, a shared job), as ``fanout plugins``
-lists them."""
+replay, a new epoch's start, ``fanout validate``, a shared job) or what it shows of it
+(``fanout status``), as ``fanout plugins`` lists them."""
 
 
 def implemented_hooks(sink_class: type[Sink], *, conditions: bool = False) -> list[str]:

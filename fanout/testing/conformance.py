@@ -46,7 +46,9 @@ that it says ``None`` about a batch just written and, given ``drop``, about a de
 target; when :meth:`fanout.Sink.harmless_rewrite` gives a reason,
 that a batch written again under a new epoch's idempotency key leaves the target as one
 write did; when :meth:`fanout.Sink.deterministic_columns` names columns, that the batch
-has them.
+has them; when it implements :meth:`fanout.Sink.standing_problems`, that a sink built and
+not opened (as ``fanout status --config`` asks it) says none before its target exists and
+after a batch, and touches no file.
 
 The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry point of an
 installed distribution (``pip install -e .`` of your plugin in the test environment), or,
@@ -478,8 +480,7 @@ class SinkConformance:
             sink.check_schema(pa.schema([("id", pa.int64()), ("v", pa.string())]))
         finally:
             sink.close()
-        after = _files(tmp_path)
-        if touched := sorted(p for p in {*before, *after} if before.get(p) != after.get(p)):
+        if touched := _touched(before, _files(tmp_path)):
             pytest.fail(
                 f"open() with context.checking (fanout validate; the class sets "
                 f"read_only_check = True) or check_schema() {when} created, changed or "
@@ -487,6 +488,31 @@ class SinkConformance:
                 "changing anything (create the target at the first write), and say what a "
                 "run would do with context.would(...)"
             )
+
+    def test_standing_problems_of_a_healthy_target_are_none(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The optional :meth:`fanout.Sink.standing_problems`, asked as ``fanout status
+        --config`` asks it (a sink built from the configuration, not opened), before its
+        target exists (a pipeline not run yet) and after a batch was written to it: nothing
+        to fix by hand (each text is shown under ``to fix by hand:``), and nothing created,
+        changed or removed under the test's ``tmp_path`` (``fanout status --config`` asks
+        it, beside a running pipeline too). Skipped for a sink that does not implement
+        it."""
+        from fanout.hooks.registry import load_registry
+
+        registry = load_registry(_modules(under_test.plugins))
+        sink = registry.build_sink(under_test.sink(), registry.sink_types())
+        if type(sink).standing_problems is Sink.standing_problems:
+            pytest.skip("the sink does not implement standing_problems")
+        _check_no_standing_problem(sink, tmp_path, "before its target exists")
+        fan = self._fan(under_test, str(tmp_path / "ledger"))
+        try:
+            fan.process(self._batch(spark, [(1, "v1")]), self._info(0))
+        finally:
+            fan.close()
+        sink = registry.build_sink(under_test.sink(), registry.sink_types())
+        _check_no_standing_problem(sink, tmp_path, "after a batch was written to it")
 
     def test_an_empty_batch_writes_nothing_and_is_marked(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
@@ -885,6 +911,30 @@ def _options_of(case: SinkUnderTest) -> list[str]:
     types = load_registry(_modules(case.plugins)).sink_types()
     sink_type = types.get(str(case.config.get("type")))
     return [] if sink_type is None else option_names(sink_type.sink_class)
+
+
+def _check_no_standing_problem(sink: Sink, tmp_path: Path, when: str) -> None:
+    """Ask ``sink`` its standing problems; fail naming any, or what asking touched."""
+    before = _files(tmp_path)
+    problems = list(sink.standing_problems())
+    if problems:
+        pytest.fail(
+            f"standing_problems() {when} returned {problems!r}, expected none: fanout status "
+            "shows each under 'to fix by hand:', and a target fanout just wrote cleanly (or "
+            "none yet) has nothing to fix"
+        )
+    if touched := _touched(before, _files(tmp_path)):
+        pytest.fail(
+            f"standing_problems() {when} created, changed or removed {', '.join(touched)} "
+            f"under {tmp_path}: fanout status asks it as it draws, and it must read only"
+        )
+
+
+def _touched(
+    before: Mapping[str, tuple[int, int]], after: Mapping[str, tuple[int, int]]
+) -> list[str]:
+    """The paths of two :func:`_files` listings that differ, sorted."""
+    return sorted(p for p in {*before, *after} if before.get(p) != after.get(p))
 
 
 def _files(root: Path) -> dict[str, tuple[int, int]]:

@@ -390,6 +390,30 @@ class RecordsOutliveTarget(HoldsByToken):
         return (self.records() / token).exists()
 
 
+class ProblemsReadOnly(TokenFiles):
+    """Reports a standing problem when its directory holds a ``_damaged`` file, reading
+    only."""
+
+    def standing_problems(self) -> tuple[str, ...]:
+        damaged = Path(self.directory) / "_damaged"
+        return (f"directory {self.directory}: damaged",) if damaged.exists() else ()
+
+
+class ProblemsAlways(TokenFiles):
+    """Reports a standing problem of every target, a healthy one too."""
+
+    def standing_problems(self) -> tuple[str, ...]:
+        return ("the directory may be damaged",)
+
+
+class ProblemsByCreating(ProblemsReadOnly):
+    """Creates its directory to look into it when ``fanout status`` asks."""
+
+    def standing_problems(self) -> tuple[str, ...]:
+        Path(self.directory).mkdir(parents=True, exist_ok=True)
+        return super().standing_problems()
+
+
 def read_rows(directory: Path) -> list[dict[str, Any]]:
     """Every row of every file of ``directory``."""
     return [
@@ -420,4 +444,6 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "secret_logged_early": SecretLoggedEarly, "checks_by_creating": ChecksByCreating,
             "checks_read_only": ChecksReadOnly,
             "checks_by_removing_its_lock": ChecksByRemovingItsLock, "holds_by_token": HoldsByToken,
-            "records_outlive_target": RecordsOutliveTarget}  # fmt: skip
+            "records_outlive_target": RecordsOutliveTarget,
+            "problems_read_only": ProblemsReadOnly, "problems_always": ProblemsAlways,
+            "problems_by_creating": ProblemsByCreating}  # fmt: skip

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -41,6 +42,20 @@ def _reacted(fan: FanOut) -> bool:
     if gate is not None and gate.closed and gate.inside is not None:
         return True
     return any(t.name == "fanout-stop" for t in threading.enumerate())
+
+
+def stopped_run(config: Path, batch: int, point: str = "entry") -> str:
+    """Run this driver on ``config`` (``fanout run`` signalled at ``point`` of ``batch``), in
+    a process of its own, and check that the signal came there and the run ended cleanly
+    (exit 0): its output, stdout then the end of stderr."""
+    done = subprocess.run(
+        [sys.executable, __file__, str(config), str(batch), point],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    out = done.stdout + done.stderr[-6000:]
+    assert f"SIGNAL at {point} of batch {batch}" in out, out
+    assert done.returncode == 0, out
+    return out
 
 
 def main() -> int:

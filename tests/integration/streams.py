@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +41,26 @@ def pipeline_file(
     return f"{text}\n{sinks}"
 
 
-def backlog_pipeline(data: Path, name: str, sink: dict[str, str]) -> Path:
+def backlog_pipeline(data: Path, name: str, sink: Mapping[str, Any]) -> Path:
     """``data/pipeline.toml``: pipeline ``name`` (:func:`pipeline_file`, available now, on
-    ``local[2]``) reading one input file a batch into the one ``sink`` (its options, all
-    strings): with several files waiting, Spark begins the next batch as soon as one ends."""
-    table = "[[sinks]]\n" + "".join(f'{k} = "{v}"\n' for k, v in sink.items())
+    ``local[2]``) reading one input file a batch into the one ``sink`` (its options:
+    :func:`toml_value`'s): with several files waiting, Spark begins the next batch as soon
+    as one ends."""
+    table = "[[sinks]]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in sink.items())
     text = pipeline_file(data, name, SCHEMA, table, available_now=True, master="local[2]")
     config = data / "pipeline.toml"
     per_batch = '\noptions = { maxFilesPerTrigger = 1 }\nschema = "'
     config.write_text(text.replace('\nschema = "', per_batch))
     return config
+
+
+def toml_value(value: Any) -> str:
+    """``value`` (a text, number, boolean, or a mapping of them) as a TOML value: JSON's
+    spelling of the scalars is TOML's, a mapping an inline table."""
+    if isinstance(value, Mapping):
+        pairs = (f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items())
+        return "{ " + ", ".join(pairs) + " }"
+    return json.dumps(value)
 
 
 def bronze_pipeline(data: Path) -> str:

@@ -340,6 +340,24 @@ CATCHES = {
         "context.would(...)",
         raises=pytest.fail.Exception,
     ),
+    # the kit never asked standing_problems (fanout status --config): a sink reporting a
+    # problem of a healthy target passed, and every status then showed it "to fix by hand"
+    "a_standing_problem_of_a_healthy_target_is_told_to_say_none": Catch(
+        "problems_always",
+        SinkConformance.test_standing_problems_of_a_healthy_target_are_none,
+        "standing_problems() before its target exists returned ['the directory may be "
+        "damaged'], expected none: fanout status shows each under 'to fix by hand:', and a "
+        "target fanout just wrote cleanly (or none yet) has nothing to fix",
+        raises=pytest.fail.Exception,
+    ),
+    # ... and one creating what it looks at passed, and status created it
+    "standing_problems_that_create_the_target_are_told_to_read_only": Catch(
+        "problems_by_creating",
+        SinkConformance.test_standing_problems_of_a_healthy_target_are_none,
+        "standing_problems() before its target exists created, changed or removed out under "
+        "{tmp_path}: fanout status asks it as it draws, and it must read only",
+        raises=pytest.fail.Exception,
+    ),
     # a dead_letter for a type without that option was a bare "unexpected keyword argument"
     # from building the sink, not saying that the kit's case asked for it
     "a_dead_letter_for_a_type_without_the_option_is_told_to_declare_it": Catch(
@@ -378,6 +396,12 @@ def test_a_read_only_check_that_creates_nothing_passes(spark: Any, tmp_path: Pat
     suite, case = _suite_and_case("checks_read_only", tmp_path)
     suite.test_a_read_only_check_creates_nothing(spark, case, tmp_path)
     assert case.ids() == [1]  # the batch written between the two read-only opens
+
+
+def test_standing_problems_read_only_of_a_healthy_target_pass(spark: Any, tmp_path: Path) -> None:
+    suite, case = _suite_and_case("problems_read_only", tmp_path)
+    suite.test_standing_problems_of_a_healthy_target_are_none(spark, case, tmp_path)
+    assert case.ids() == [1]  # the batch written between the two asks
 
 
 def test_the_new_epoch_check_passes_a_sink_keyed_by_its_idempotency_token(

@@ -54,7 +54,7 @@ DELTA_HOOKS = (
     "write), shares_tasks (engine=rs, mode=append, executors write), backfill_source "
     "(mode=append), holds_batch, holds_batch_of, fence_earlier_epochs, records_gone "
     "(mode=append), harmless_rewrite (mode=merge, no dead_letter), remove_batch_hint, "
-    "is_transient"
+    "standing_problems, is_transient"
 )
 KAFKA_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by, "

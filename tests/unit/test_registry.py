@@ -16,6 +16,7 @@ import pytest
 
 import fanout
 from fanout import Sink
+from fanout.contract.sink import implemented_hooks
 from fanout.errors import (
     ConfigurationError,
     DuplicatePluginError,
@@ -929,6 +930,28 @@ def test_hook_conditions_for_a_hook_the_type_does_not_implement_is_a_plugin_erro
         "'holds_batch', which it does not implement; its optional hooks: harmless_rewrite "
         "(a key names one of these, with the options under which it answers)"
     )
+
+
+def test_standing_problems_is_an_optional_hook_listed_with_its_conditions() -> None:
+    """``Sink.standing_problems`` (what ``fanout status --config`` shows to fix by hand) was
+    not among the optional hooks: ``fanout plugins`` did not list a type implementing it,
+    and a ``hook_conditions`` key naming it failed the plugin's load as a hook the type
+    does not implement."""
+
+    class CheckedSink(Sink):
+        guarantees = ("idempotent",)
+        hook_conditions = {"standing_problems": "compact_every set"}
+
+        def standing_problems(self) -> tuple[str, ...]:
+            return ()
+
+    registry = load_registry(
+        entry_points_=[entry_point("cs", {"cs": CheckedSink}, dist=("fanout-cs", "1.0"))],
+    )
+    assert registry.sink_types()["cs"].sink_class is CheckedSink
+    assert implemented_hooks(CheckedSink, conditions=True) == [
+        "standing_problems (compact_every set)"
+    ]
 
 
 # -- lazy references: a sink type's class imported only when the type is used -------------
