@@ -681,17 +681,20 @@ OPTIONAL_HOOKS: tuple[str, ...] = (
     "holds_batch",
     "holds_batch_of",
     "fence_earlier_epochs",
+    "lift_epoch_fence",
     "target_replaced",
     "records_gone",
     "harmless_rewrite",
     "remove_batch_hint",
     "standing_problems",
     "exclusive_resources",
+    "secret_values",
     "is_transient",
 )
 """The optional methods of :class:`Sink` that change what fanout does with a sink (a
-replay, a new epoch's start, ``fanout validate``, a shared job) or what it shows of it
-(``fanout status``), as ``fanout plugins`` lists them."""
+replay, a new epoch's start and its refusal, ``fanout validate``, a shared job), what it
+shows of it (``fanout status``) or masks in what it says (its secrets), as ``fanout
+plugins`` lists them."""
 
 
 def implemented_hooks(sink_class: type[Sink], *, conditions: bool = False) -> list[str]:

@@ -52,20 +52,21 @@ def test_plugins_lists_the_delta_sink_with_its_distribution(
 DELTA_HOOKS = (
     "read_only_check, check_schema, batch_partitioning (engine=rs, mode=append, executors "
     "write), shares_tasks (engine=rs, mode=append, executors write), backfill_source "
-    "(mode=append), holds_batch, holds_batch_of, fence_earlier_epochs, records_gone "
-    "(mode=append), harmless_rewrite (mode=merge, no dead_letter), remove_batch_hint, "
-    "standing_problems, is_transient"
+    "(mode=append), holds_batch, holds_batch_of, fence_earlier_epochs, lift_epoch_fence, "
+    "records_gone (mode=append), harmless_rewrite (mode=merge, no dead_letter), "
+    "remove_batch_hint, standing_problems, secret_values, is_transient"
 )
 KAFKA_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by, "
     "batch_partitioning, shares_tasks, holds_batch, holds_batch_of, fence_earlier_epochs, "
-    "target_replaced, records_gone, exclusive_resources, is_transient"
+    "lift_epoch_fence, target_replaced, records_gone, exclusive_resources, secret_values, "
+    "is_transient"
 )
 POSTGRES_HOOKS = (
     "read_only_check, check_replay, check_schema, partitioned_by (mode=append), "
     "deterministic_columns, batch_partitioning, shares_tasks, holds_batch, holds_batch_of, "
-    "fence_earlier_epochs, target_replaced, records_gone, harmless_rewrite (mode=upsert, no "
-    "dead_letter), is_transient"
+    "fence_earlier_epochs, lift_epoch_fence, target_replaced, records_gone, harmless_rewrite "
+    "(mode=upsert, no dead_letter), secret_values, is_transient"
 )
 
 

@@ -954,6 +954,37 @@ def test_standing_problems_is_an_optional_hook_listed_with_its_conditions() -> N
     ]
 
 
+def test_lift_epoch_fence_and_secret_values_are_optional_hooks_listed_with_conditions() -> None:
+    """``Sink.lift_epoch_fence`` (a refused new epoch's start undoes the fence with it) and
+    ``Sink.secret_values`` (what fanout masks) were not among the optional hooks:
+    ``fanout plugins`` did not list a type implementing them, and a ``hook_conditions``
+    key naming one failed the plugin's load as a hook the type does not implement."""
+
+    class FencingSink(Sink):
+        guarantees = ("transactional",)
+        hook_conditions = {"lift_epoch_fence": "mode=append", "secret_values": "url set"}
+
+        def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+            return None
+
+        def lift_epoch_fence(self, pipeline: str, epoch: int) -> bool | None:
+            return False
+
+        def secret_values(self) -> list[str]:
+            return []
+
+    registry = load_registry(
+        entry_points_=[entry_point("fs", {"fs": FencingSink}, dist=("fanout-fs", "1.0"))],
+    )
+    assert registry.load_errors == []
+    assert registry.sink_types()["fs"].sink_class is FencingSink
+    assert implemented_hooks(FencingSink, conditions=True) == [
+        "fence_earlier_epochs",
+        "lift_epoch_fence (mode=append)",
+        "secret_values (url set)",
+    ]
+
+
 # -- lazy references: a sink type's class imported only when the type is used -------------
 
 
