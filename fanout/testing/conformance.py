@@ -48,7 +48,12 @@ that a batch written again under a new epoch's idempotency key leaves the target
 write did; when :meth:`fanout.Sink.deterministic_columns` names columns, that the batch
 has them; when it implements :meth:`fanout.Sink.standing_problems`, that a sink built and
 not opened (as ``fanout status --config`` asks it) says none before its target exists and
-after a batch, and touches no file.
+after a batch, and touches no file; when it implements :meth:`fanout.Sink.secret_values`
+(and the case gives ``secret``), that a sink built from ``failing_config`` and not opened
+names that secret, in a list of strings; when it implements
+:meth:`fanout.Sink.lift_epoch_fence`, that it says no fence was lifted where none was,
+that :meth:`fanout.Sink.fence_earlier_epochs` refuses a write of the epoch it closed, and
+that the lift opens that epoch again to the write.
 
 The sink type is found as ``FanOut`` finds it: through the ``fanout`` entry point of an
 installed distribution (``pip install -e .`` of your plugin in the test environment), or,
@@ -514,6 +519,87 @@ class SinkConformance:
         sink = registry.build_sink(under_test.sink(), registry.sink_types())
         _check_no_standing_problem(sink, tmp_path, "after a batch was written to it")
 
+    def test_secret_values_name_the_secret_before_open(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The optional :meth:`fanout.Sink.secret_values`, asked as fanout asks it first: of
+        a sink built from its configuration and not opened (a ``FanOut`` registers its
+        sinks' secrets before it opens them, so what ``open()`` logs is masked; ``fanout
+        validate`` and ``fanout recover --config`` before they open it, ``fanout status
+        --config`` without opening it): a list (or tuple) of non-empty strings, holding the
+        secret of ``failing_config``, and strings only for ``config``. Skipped for a case
+        without ``secret`` and for a sink that does not implement it (the check that the
+        secret never appears tells it to)."""
+        if under_test.secret is None or under_test.failing_config is None:
+            pytest.skip("no secret in this sink's configuration")
+        from fanout.hooks.registry import load_registry
+
+        registry = load_registry(_modules(under_test.plugins))
+        types = registry.sink_types()
+        failing = registry.build_sink({**under_test.failing_config, "name": NAME}, types)
+        if type(failing).secret_values is Sink.secret_values:
+            pytest.skip("the sink does not implement secret_values")
+        _check_secret_values(failing, "failing_config", under_test.secret)
+        _check_secret_values(registry.build_sink(under_test.sink(), types), "config", None)
+
+    def test_lift_epoch_fence_opens_the_fenced_epoch_again(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The optional :meth:`fanout.Sink.lift_epoch_fence`, as a new epoch's refused start
+        and ``fanout ledger lift-fence`` call it: batch 0 of epoch 0 written; a lift of
+        epoch 1's fence before any fence does not say ``True`` (lifted: the command prints
+        it); :meth:`fanout.Sink.fence_earlier_epochs` for epoch 1 refuses the write of batch
+        1 of epoch 0 (a replaced query's batch in flight); the lift then says ``True`` or
+        ``None`` (``False``: there was none), and batch 1 of epoch 0 is written, by a new
+        ``FanOut`` (the replaced checkpoint started again), exactly once; a second lift does
+        not say ``True``. Skipped for a sink that does not implement it."""
+        path = str(tmp_path / "ledger")
+        fan = self._fan(under_test, path)
+        sink = fan.sinks[NAME]
+        if type(sink).lift_epoch_fence is Sink.lift_epoch_fence:
+            pytest.skip("the sink does not implement lift_epoch_fence")
+        fan.process(self._batch(spark, [(i, f"v{i}") for i in range(3)]), self._info(0))
+        _check_no_lift(sink.lift_epoch_fence(self.pipeline, 1), "before any fence")
+        sink.fence_earlier_epochs(self.pipeline, 1)
+        batch = self._batch(spark, [(i, f"v{i}") for i in range(3, 6)])
+        try:
+            fan.process(batch, self._info(1))
+        except BatchFailedError:
+            pass
+        else:
+            pytest.fail(
+                "batch 1 of epoch 0 was written after fence_earlier_epochs(pipeline, 1) "
+                "returned: once it returns, no write of an earlier epoch may commit (a "
+                "replaced query still running would write its batch in flight beside the "
+                "new epoch's); refuse it in write() (or in its tasks) by a fence the sink "
+                "keeps with its records"
+            )
+        _assert_ids(under_test, [0, 1, 2], "after the fenced write of batch 1 of epoch 0")
+        lifted = sink.lift_epoch_fence(self.pipeline, 1)
+        if lifted is False:
+            pytest.fail(
+                "lift_epoch_fence(pipeline, 1) returned False (no fence there) just after "
+                "fence_earlier_epochs(pipeline, 1) fenced epoch 0: return True when it "
+                "lifted one, None when it cannot tell"
+            )
+        fan.close()  # the refused start's process ends; the checkpoint is started again
+        again = self._fan(under_test, path)
+        try:
+            try:
+                result = again.process(batch, self._info(1))[NAME]
+            except BatchFailedError as exc:
+                pytest.fail(
+                    f"batch 1 of epoch 0 was refused after lift_epoch_fence(pipeline, 1) "
+                    f"returned {lifted!r}: the lift must open epoch 0 again (its checkpoint is "
+                    "started again to complete a batch), removing the fence "
+                    f"fence_earlier_epochs keeps\nthe write's error: {exc}"
+                )
+            _assert_rows(result, 3, "batch 1 of epoch 0 written after the fence was lifted")
+            _assert_ids(under_test, list(range(6)), "after batch 1 of epoch 0 was written")
+            _check_no_lift(again.sinks[NAME].lift_epoch_fence(self.pipeline, 1), "a second time")
+        finally:
+            again.close()
+
     def test_an_empty_batch_writes_nothing_and_is_marked(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
     ) -> None:
@@ -927,6 +1013,45 @@ def _check_no_standing_problem(sink: Sink, tmp_path: Path, when: str) -> None:
         pytest.fail(
             f"standing_problems() {when} created, changed or removed {', '.join(touched)} "
             f"under {tmp_path}: fanout status asks it as it draws, and it must read only"
+        )
+
+
+def _check_secret_values(sink: Sink, config: str, secret: str | None) -> None:
+    """``sink``'s secret values (built from the case's ``config``, not opened) are a list of
+    non-empty strings holding ``secret`` (when given), else fail saying what to do; the
+    message never shows a value."""
+    values = sink.secret_values()
+    asked = f"secret_values() of a sink built from {config} and not opened"
+    if isinstance(values, str):
+        pytest.fail(
+            f"{asked} returned a string ({len(values)} characters), not a list of them: "
+            "fanout masks each item, here each character alone; return [value]"
+        )
+    bad = [type(v).__name__ for v in values if not isinstance(v, str) or not v.strip()]
+    if bad:
+        pytest.fail(
+            f"{asked} returned {len(bad)} value(s) that are not non-empty strings "
+            f"({', '.join(bad)}): return each secret the options hold, as a string, and "
+            "leave out those they do not set"
+        )
+    if secret is not None and secret not in values:
+        pytest.fail(
+            f"{asked} does not hold the secret of failing_config (it returned "
+            f"{len(values)} value(s)): fanout asks it before open() (a FanOut registers its "
+            "sinks' secrets before opening them, fanout validate and fanout recover "
+            "--config before they open it, fanout status --config without opening it), so "
+            "a secret it learns in open() goes unmasked there: take it from the options "
+            "the constructor stores"
+        )
+
+
+def _check_no_lift(answer: bool | None, when: str) -> None:
+    """``lift_epoch_fence`` did not say it lifted a fence ``when`` there was none."""
+    if answer is True:
+        pytest.fail(
+            f"lift_epoch_fence(pipeline, 1) returned True (lifted) {when}, with no fence of "
+            "epoch 0 there: `fanout ledger lift-fence` prints what it returns; return False "
+            "when there was none, None when it cannot tell"
         )
 
 

@@ -414,6 +414,76 @@ class ProblemsByCreating(ProblemsReadOnly):
         return super().standing_problems()
 
 
+class SecretLearntAtOpen(SecretQuoted):
+    """Declares its token only once ``open()`` ran: a FanOut's errors are masked (it asks
+    again after a failed open), what ``fanout validate`` prints before it opens it is not."""
+
+    def __init__(self, name: str, *, directory: str, token: str | None = None) -> None:
+        super().__init__(name, directory=directory, token=token)
+        self.opened_token: str | None = None
+
+    def open(self, context: SinkContext) -> None:
+        self.opened_token = self.token
+        super().open(context)
+
+    def secret_values(self) -> list[str]:
+        return [self.opened_token] if self.opened_token else []
+
+
+class SecretAsText(SecretQuoted):
+    """Returns its token itself from ``secret_values``, not a list holding it."""
+
+    def secret_values(self) -> str:  # type: ignore[override]
+        return self.token or ""
+
+
+class FencedByFile(TokenFiles):
+    """Fences an epoch with a file ``_fence-<epoch>`` its writes of that epoch refuse on;
+    the lift removes it, saying whether it was there."""
+
+    def fence_file(self, epoch: int) -> Path:
+        """The file fencing ``epoch``."""
+        return Path(self.directory) / f"_fence-{epoch}"
+
+    def write(self, batch: Batch) -> SinkResult:
+        if self.fence_file(batch.info.epoch).exists():
+            raise SinkWriteError(f"epoch {batch.info.epoch} is fenced", sink=self.name,
+                                 batch_id=batch.batch_id)  # fmt: skip
+        return super().write(batch)
+
+    def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+        for earlier in range(epoch):
+            self.fence_file(earlier).touch()
+
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> bool | None:
+        fence = self.fence_file(epoch - 1)
+        there = fence.exists()
+        fence.unlink(missing_ok=True)
+        return there
+
+
+class LiftSaysLifted(FencedByFile):
+    """Says it lifted a fence whether there was one or not."""
+
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> bool | None:
+        super().lift_epoch_fence(pipeline, epoch)
+        return True
+
+
+class LiftLeavesFence(FencedByFile):
+    """Says it lifted the fence, and leaves it."""
+
+    def lift_epoch_fence(self, pipeline: str, epoch: int) -> bool | None:
+        return self.fence_file(epoch - 1).exists()
+
+
+class FenceLeavesOpen(FencedByFile):
+    """Fences nothing: a write of the epoch it was to close commits."""
+
+    def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
+        return None
+
+
 def read_rows(directory: Path) -> list[dict[str, Any]]:
     """Every row of every file of ``directory``."""
     return [
@@ -446,4 +516,8 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "checks_by_removing_its_lock": ChecksByRemovingItsLock, "holds_by_token": HoldsByToken,
             "records_outlive_target": RecordsOutliveTarget,
             "problems_read_only": ProblemsReadOnly, "problems_always": ProblemsAlways,
-            "problems_by_creating": ProblemsByCreating}  # fmt: skip
+            "problems_by_creating": ProblemsByCreating,
+            "secret_learnt_at_open": SecretLearntAtOpen, "secret_as_text": SecretAsText,
+            "fenced_by_file": FencedByFile, "lift_says_lifted": LiftSaysLifted,
+            "lift_leaves_fence": LiftLeavesFence,
+            "fence_leaves_open": FenceLeavesOpen}  # fmt: skip

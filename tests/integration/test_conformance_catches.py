@@ -358,6 +358,37 @@ CATCHES = {
         "{tmp_path}: fanout status asks it as it draws, and it must read only",
         raises=pytest.fail.Exception,
     ),
+    # the kit never fenced nor lifted a fence: a sink saying it lifted one that was not
+    # there passed, and `fanout ledger lift-fence` printed it lifted
+    "a_lift_saying_lifted_with_no_fence_is_told_to_say_false": Catch(
+        "lift_says_lifted",
+        SinkConformance.test_lift_epoch_fence_opens_the_fenced_epoch_again,
+        "lift_epoch_fence(pipeline, 1) returned True (lifted) before any fence, with no "
+        "fence of epoch 0 there: `fanout ledger lift-fence` prints what it returns; return "
+        "False when there was none, None when it cannot tell",
+        raises=pytest.fail.Exception,
+    ),
+    # ... one leaving its fence passed, and the replaced checkpoint could never complete
+    "a_lift_leaving_the_fence_is_told_to_remove_it": Catch(
+        "lift_leaves_fence",
+        SinkConformance.test_lift_epoch_fence_opens_the_fenced_epoch_again,
+        "batch 1 of epoch 0 was refused after lift_epoch_fence(pipeline, 1) returned True: "
+        "the lift must open epoch 0 again (its checkpoint is started again to complete a "
+        "batch), removing the fence fence_earlier_epochs keeps",
+        raises=pytest.fail.Exception,
+        first_line=True,
+    ),
+    # ... and one whose fence closed nothing passed, and a replaced query's batch in flight
+    # committed beside the new epoch's
+    "a_fence_closing_nothing_is_told_to_refuse_the_fenced_write": Catch(
+        "fence_leaves_open",
+        SinkConformance.test_lift_epoch_fence_opens_the_fenced_epoch_again,
+        "batch 1 of epoch 0 was written after fence_earlier_epochs(pipeline, 1) returned: "
+        "once it returns, no write of an earlier epoch may commit (a replaced query still "
+        "running would write its batch in flight beside the new epoch's); refuse it in "
+        "write() (or in its tasks) by a fence the sink keeps with its records",
+        raises=pytest.fail.Exception,
+    ),
     # a dead_letter for a type without that option was a bare "unexpected keyword argument"
     # from building the sink, not saying that the kit's case asked for it
     "a_dead_letter_for_a_type_without_the_option_is_told_to_declare_it": Catch(
@@ -402,6 +433,66 @@ def test_standing_problems_read_only_of_a_healthy_target_pass(spark: Any, tmp_pa
     suite, case = _suite_and_case("problems_read_only", tmp_path)
     suite.test_standing_problems_of_a_healthy_target_are_none(spark, case, tmp_path)
     assert case.ids() == [1]  # the batch written between the two asks
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        # the kit asked secret_values only through a failing FanOut, which asks it again
+        # after the failed open(): a sink learning its secret in open() passed, and fanout
+        # validate (which masks with it before opening) printed the secret its open() quoted
+        (
+            "secret_learnt_at_open",
+            "does not hold the secret of failing_config (it returned 0 value(s)): fanout asks "
+            "it before open() (a FanOut registers its sinks' secrets before opening them, "
+            "fanout validate and fanout recover --config before they open it, fanout status "
+            "--config without opening it), so a secret it learns in open() goes unmasked "
+            "there: take it from the options the constructor stores",
+        ),
+        # ... and one returning its secret as a string was told to declare it, which it did
+        (
+            "secret_as_text",
+            "returned a string (12 characters), not a list of them: fanout masks each item, "
+            "here each character alone; return [value]",
+        ),
+    ],
+)
+def test_the_secret_values_check_fails_a_secret_not_named_before_open(
+    spark: Any, tmp_path: Path, kind: str, said: str
+) -> None:
+    suite, case = _secret_case(kind, tmp_path)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_secret_values_name_the_secret_before_open(spark, case, tmp_path)
+    assert str(failed.value) == (
+        f"secret_values() of a sink built from failing_config and not opened {said}"
+    )
+
+
+def test_a_secret_named_before_open_passes_the_secret_values_check(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _secret_case("secret_declared", tmp_path)
+    suite.test_secret_values_name_the_secret_before_open(spark, case, tmp_path)
+    assert not (tmp_path / "out").exists()  # built only, never opened
+
+
+def test_a_fence_lifted_as_it_says_passes_and_the_batch_lands_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    suite, case = _suite_and_case("fenced_by_file", tmp_path)
+    suite.test_lift_epoch_fence_opens_the_fenced_epoch_again(spark, case, tmp_path)
+    assert case.ids() == [0, 1, 2, 3, 4, 5]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        f"{suite.pipeline}~under_test~000000000000.jsonl",
+        f"{suite.pipeline}~under_test~000000000001.jsonl",
+    ]
+
+
+def test_the_lift_check_is_skipped_for_a_sink_without_it(spark: Any, tmp_path: Path) -> None:
+    suite, case = _suite_and_case("token_files", tmp_path)
+    with pytest.raises(pytest.skip.Exception, match="does not implement lift_epoch_fence"):
+        suite.test_lift_epoch_fence_opens_the_fenced_epoch_again(spark, case, tmp_path)
+    assert case.ids() == []
 
 
 def test_the_new_epoch_check_passes_a_sink_keyed_by_its_idempotency_token(
