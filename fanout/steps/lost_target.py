@@ -145,20 +145,12 @@ def refuse_lost_targets(
                 )  # fmt: skip
             continue
         gone = None if reason is not None else gone_reason(sink, pipeline, epoch, batch, bound)
-        if gone is not None and harmless_gone(sink, pipeline, epoch, batch, gone):
-            continue
         if gone is not None:
+            if gone_passes(sink, pipeline, epoch, batch, gone, name in accepted, _WRITES_ON):
+                continue
             error: TargetLostError = _records_gone(
                 pipeline, epoch, sink, batch, gone, pipeline_file, name in lags, reset_to
             )
-            if name in accepted:
-                log.warning(
-                    "pipeline %s, sink %s: its own records of batch %s of epoch %s are gone "
-                    "(%s); accepted (accept_lost_targets): it writes on, and a batch written "
-                    "after that mark and never marked is written a second time",
-                    pipeline, name, batch, epoch, gone,
-                )  # fmt: skip
-                continue
             if name not in lags:
                 raise error
             log.error("%s", error)
@@ -222,6 +214,18 @@ def _answer(
     return (held, None) if reason is None else (False, reason)
 
 
+RESTORE_RECORDS = (
+    "restore the sink's records (from the backup or dump that held them, or set back the "
+    "option that moved them)"
+)
+"""The first way on of a refusal for a sink's own records gone, said alike by the run's
+check and a new epoch's start (:mod:`fanout.steps.unmarked`)."""
+
+_WRITES_ON = (
+    "it writes on, and a batch written after that mark and never marked is written a second time"
+)
+
+
 def _records_gone(
     pipeline: str,
     epoch: int,
@@ -266,14 +270,33 @@ def _records_gone(
         "removed apart from it. Without them a batch written after "
         f"batch {batch} and never marked (the driver killed between the write and the mark) "
         f"would be written a second time. {now}\n"
-        "Ways on: restore the sink's records (from the backup or dump that held them, or set "
-        f"back the option that moved them), then {again}: each batch is written once. Or, "
+        f"Ways on: {RESTORE_RECORDS}, then {again}: each batch is written once. Or, "
         f"when they cannot be restored, accept it explicitly {scope}: {accept}, which "
         "writes on from the next batch into the target as it is, keeping new records from "
         f"there: first check that the target holds no row of batch {batch + 1} (written "
         "unmarked before the records went, it would then hold them twice)."
     )
     return SinkRecordsGoneError(redact(text, sink.secret_values()), sink=sink.name, batch_id=batch)
+
+
+def gone_passes(
+    sink: Sink, pipeline: str, epoch: int, batch: int, gone: str, accepted: bool, then: str
+) -> bool:
+    """Whether ``sink``, whose own records of ``batch`` of ``epoch`` are gone (``gone``: its
+    words, :meth:`fanout.Sink.records_gone`), is let through instead of refused: its
+    rewrite of a batch is harmless (:func:`harmless_gone`), or its loss is ``accepted``
+    (``accept_lost_targets``); each logged as a warning, ``then`` saying what an accepted
+    loss lets happen. The run's lost-target check and a new epoch's start
+    (:func:`fanout.steps.unmarked.refuse_records_gone`) decide alike."""
+    if harmless_gone(sink, pipeline, epoch, batch, gone):
+        return True
+    if not accepted:
+        return False
+    log.warning(
+        "pipeline %s, sink %s: its own records of batch %s of epoch %s are gone (%s); "
+        "accepted (accept_lost_targets): %s", pipeline, sink.name, batch, epoch, gone, then,
+    )  # fmt: skip
+    return True
 
 
 def harmless_gone(sink: Sink, pipeline: str, epoch: int, batch: int, gone: str) -> bool:

@@ -63,7 +63,13 @@ from fanout.steps.holds import (
     holds_answer,
     replaced_reason,
 )
-from fanout.steps.lost_target import harmless_gone, last_kept, target_text, written_marks
+from fanout.steps.lost_target import (
+    RESTORE_RECORDS,
+    gone_passes,
+    last_kept,
+    target_text,
+    written_marks,
+)
 
 log = logging.getLogger("fanout")
 
@@ -262,15 +268,12 @@ def refuse_records_gone(
         if written is None:
             continue
         gone = gone_reason(sink, info.pipeline, info.epoch, written, bounds.get(sink.name))
-        if gone is None or harmless_gone(sink, info.pipeline, info.epoch, written, gone):
-            continue
-        if sink.name in accepted:
-            log.warning(
-                "pipeline %s, sink %s: its own records of batch %s of epoch %s are gone (%s); "
-                "accepted (accept_lost_targets): epoch %s starts, and batch %s, if it was "
-                "written and never marked, is written a second time",
-                info.pipeline, sink.name, written, info.epoch, gone, info.epoch + 1, mark + 1,
-            )  # fmt: skip
+        then = (
+            f"epoch {info.epoch + 1} starts, and batch {mark + 1}, if it was written and never "
+            "marked, is written a second time"
+        )
+        if gone is None or gone_passes(sink, info.pipeline, info.epoch, written, gone,
+                                       sink.name in accepted, then):  # fmt: skip
             continue
         raise SinkRecordsGoneError(
             _gone_message(info, sink, written, mark + 1, gone),
@@ -290,8 +293,7 @@ def _gone_message(info: BatchInfo, sink: Sink, written: int, batch: int, gone: s
         "batch after its mark, written perhaps and never marked: the driver killed in "
         "between) tells nothing, and the new epoch would write that batch a second time. "
         f"Nothing was written under epoch {new}.\n"
-        "Ways on: restore the sink's records (from the backup or dump that held them, or set "
-        "back the option that moved them), then start this query again: the sink is asked "
+        f"Ways on: {RESTORE_RECORDS}, then start this query again: the sink is asked "
         "again with them. Or, when they cannot be restored and the target holds no row of "
         f"batch {batch}, start it with `--accept-lost-target {shell_word(sink.name)}` "
         f"(FanOut(accept_lost_targets=[{sink.name!r}])): epoch {new} starts, and the next "
