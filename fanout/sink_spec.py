@@ -173,6 +173,12 @@ def write_timeout(spec: SinkSpec) -> float | None:
     return spec.lag.write_timeout_s if spec.lag.lags else None
 
 
+def write_timeouts(specs: Mapping[str, SinkSpec], names: Iterable[str]) -> dict[str, float]:
+    """The :func:`write_timeout` of each sink of ``names`` that has one (a sink without is
+    left out: its calls are waited for), as the steps bounding a sink's calls take them."""
+    return {n: t for n in names if (t := write_timeout(specs[n])) is not None}
+
+
 def check_write_timeout(name: str, policy: LagPolicy) -> None:
     """Refuse a ``write_timeout_s`` on a sink without ``on_failure="lag"``: a write
     abandoned at its timeout leaves the batch to the spool and the catch-up, which only a

@@ -31,7 +31,7 @@ from fanout.partitioned.determinism import check_batch
 from fanout.partitioned.sink import PartitionedSink
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, SinkInput
-from fanout.sink_spec import SinkSpec, write_timeout
+from fanout.sink_spec import SinkSpec, write_timeouts
 from fanout.steps.record import Recorder, SinkWriting, WritingSinks
 from fanout.steps.result_check import check_counts
 from fanout.steps.share import SharedPass, shared_passes
@@ -68,7 +68,7 @@ def write_all(
     batches = {
         name: _batch_for(state, name, routes.input_for(name), specs[name]) for name in state.pending
     }
-    timeouts = {n: t for n in state.pending if (t := write_timeout(specs[n])) is not None}
+    timeouts = write_timeouts(specs, state.pending)
     # this thread's Spark properties, captured once for every thread that starts jobs
     threads = spark_threads(state.df) if len(state.pending) > 1 or timeouts else None
     passes = shared_passes(state.share_groups, routes.df, batches, specs, layouts, threads)

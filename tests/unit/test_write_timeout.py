@@ -25,7 +25,7 @@ from fanout import (
 )
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.ledger.memory import MemoryLedger
-from fanout.sink_spec import LagPolicy, SinkSpec, lag_policy
+from fanout.sink_spec import LagPolicy, SinkSpec, lag_policy, write_timeouts
 from fanout.steps.lag_state import Reopening
 from fanout.steps.timeout import WriteClaim
 from tests.unit.fakes import SchemaFrame, ScriptedSink
@@ -34,6 +34,21 @@ from tests.unit.fakes import SchemaFrame, ScriptedSink
 def test_a_lag_sink_takes_a_write_timeout() -> None:
     options = {"on_failure": "lag", "write_timeout_s": 2}
     assert lag_policy("s", options) == LagPolicy("lag", write_timeout_s=2.0)
+
+
+def test_write_timeouts_are_those_of_the_named_lag_sinks_that_have_one() -> None:
+    """The per-sink bounds the steps take (:func:`fanout.sink_spec.write_timeouts`): a lag
+    sink's ``write_timeout_s``; a lag sink without one, a stopping sink, and a sink not
+    named are left out."""
+    specs = {
+        "slow": SinkSpec(ScriptedSink("slow"), lag=LagPolicy("lag", write_timeout_s=2.5)),
+        "other": SinkSpec(ScriptedSink("other"), lag=LagPolicy("lag", write_timeout_s=9.0)),
+        "waited": SinkSpec(ScriptedSink("waited"), lag=LagPolicy("lag")),
+        "stops": SinkSpec(ScriptedSink("stops")),
+    }
+    assert write_timeouts(specs, ["slow", "waited", "stops"]) == {"slow": 2.5}
+    assert write_timeouts(specs, specs) == {"slow": 2.5, "other": 9.0}
+    assert write_timeouts(specs, []) == {}
 
 
 @pytest.mark.parametrize(
