@@ -181,3 +181,33 @@ def test_validate_warns_when_the_marker_groups_of_the_epoch_are_gone(
         f"consumer groups prefixed 'fanout/{pipeline}'"
     )
     assert (gone.code, gone.lines[2:]) == (0, [*opened, warned, *schema]), gone.err
+
+
+def _groups_of(bootstrap: str, word: str) -> list[str]:
+    """The consumer groups on the broker whose id holds ``word``, sorted."""
+    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
+        listed = admin.list_consumer_groups(request_timeout=30).result(30)
+    return sorted(g.group_id for g in listed.valid if word in g.group_id)
+
+
+def test_validate_leaves_no_consumer_group_nor_record(kafka: Broker, topic: str) -> None:
+    """The sink opened as ``fanout validate`` opens it, with a ledger mark to check its
+    marker groups by: it describes a marker group (the principal's rights on it) and reads
+    the marker groups' offsets, which create no group; its producer ``<prefix>#validate``
+    begins no transaction, so no record is written anywhere. What stays on the broker is
+    that transactional id, in state Empty, until the coordinator expires it
+    (``transactional.id.expiration.ms``): no Kafka request deletes a transactional id
+    (:mod:`fanout_kafka.readiness`), and a later validate reuses the same one."""
+    word = uuid.uuid4().hex[:8]
+    pipeline, prefix = f"v{word}", f"rd-{word}"
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic,
+                     transactional_id_prefix=prefix, marker_topic=f"{topic}-markers",
+                     create_topic=True)  # fmt: skip
+    context = SinkContext(pipeline, checking=True, readiness=True, last_mark=(0, 0))
+    sink.open(context)
+    sink.close()
+    assert [what for what, _ in context.warnings] == [
+        "its marker groups hold its last marked batch"  # read, and none there
+    ]
+    assert _groups_of(kafka.bootstrap, word) == []
+    assert committed_values(kafka.bootstrap, topic) == []
