@@ -12,11 +12,10 @@ import uuid
 from types import SimpleNamespace
 from typing import Any
 
-import confluent_kafka
 import pytest
 from confluent_kafka import KafkaException
 from fanout_kafka import KafkaSink, abandoned
-from kafkatools import Broker, create_topic, marker
+from kafkatools import Broker, WrappedProducer, create_topic, marker
 from test_abandoned_transactions import KEPT, LEFT_OPEN, PLAN, _batch, _commit, _left_open
 
 from fanout.contract.sink import SinkContext
@@ -127,27 +126,21 @@ def test_a_driver_error_ending_one_id_fails_the_batch_as_transient_after_ending_
         prefix = f"fanout/{pipeline}/events"
         made: list[Any] = []
 
-        class Failing:
+        class Failing(WrappedProducer):
             """The driver's producers: partition 0's init raises a driver-side error."""
-
-            def __init__(self, config: dict[str, Any]) -> None:
-                self.inner = confluent_kafka.Producer(config)
-                self.transactional_id = str(config["transactional.id"])
-                self.closed = False
-                made.append(self)
 
             def init_transactions(self, timeout: float) -> None:
                 if self.transactional_id == f"{prefix}-{KEPT}":
                     raise RuntimeError(f"driver lost for {SECRET}")
                 self.inner.init_transactions(timeout)
 
-            def close(self) -> None:
+            def close(self) -> bool:
                 self.closed = True
-                self.inner.close()
+                return bool(self.inner.close())
 
         with _left_open(sink, pipeline, topic, LEFT_OPEN) as killed:
             _commit(sink, pipeline, KEPT)
-            monkeypatch.setattr(abandoned, "Producer", Failing)
+            monkeypatch.setattr(abandoned, "Producer", lambda config: Failing(config, made))
             with caplog.at_level(logging.WARNING, "fanout_kafka"), \
                     pytest.raises(TransientSinkError) as caught:  # fmt: skip
                 sink.committed_partitions(_batch(pipeline), PLAN)

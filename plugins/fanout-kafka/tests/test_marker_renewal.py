@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from fanout_kafka import KafkaSink, renewal
 from fanout_kafka import sink as sink_module
-from kafkatools import Broker, create_topic, marker
+from kafkatools import Broker, WrappedProducer, create_topic, marker
 from test_abandoned_transactions import PLAN, _batch, _commit, _sink
 
 from fanout import BatchInfo, FanOut
@@ -194,14 +194,8 @@ def test_a_renewal_that_fails_closes_its_producers_ends_what_it_left_open_and_hi
     prefix = f"fanout/{pipeline}/events"
     made: list[Any] = []
 
-    class Failing:
+    class Failing(WrappedProducer):
         """A renewal producer whose commit and abort the brokers refuse."""
-
-        def __init__(self, config: dict[str, Any]) -> None:
-            self.inner = confluent_kafka.Producer(config)
-            self.transactional_id = str(config["transactional.id"])
-            self.closed = False
-            made.append(self)
 
         def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
             moved = [confluent_kafka.TopicPartition(o.topic, 0, o.offset + 100) for o in offsets]
@@ -212,13 +206,6 @@ def test_a_renewal_that_fails_closes_its_producers_ends_what_it_left_open_and_hi
 
         def abort_transaction(self, timeout: float) -> None:
             raise KafkaException(KafkaError(KafkaError._STATE, "cannot abort"))
-
-        def close(self) -> bool:
-            self.closed = True  # the real one is closed by the test, after its check
-            return True
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
 
     real_read = renewal.read_offsets
 
@@ -234,7 +221,7 @@ def test_a_renewal_that_fails_closes_its_producers_ends_what_it_left_open_and_hi
         ended.append(sorted(ids))
         return real_end(settings_, ids)
 
-    monkeypatch.setattr(renewal, "Producer", Failing)
+    monkeypatch.setattr(renewal, "Producer", lambda config: Failing(config, made))
     monkeypatch.setattr(renewal, "read_offsets", read)
     monkeypatch.setattr(renewal, "end_transactions", end)
     with caplog.at_level(logging.DEBUG, "fanout_kafka"):
