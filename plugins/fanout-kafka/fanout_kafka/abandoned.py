@@ -42,24 +42,35 @@ if TYPE_CHECKING:
 log = logging.getLogger("fanout_kafka")
 
 
-def end_transactions(settings: WriterSettings, ids: Sequence[str]) -> dict[str, KafkaException]:
+def end_transactions(settings: WriterSettings, ids: Sequence[str]) -> dict[str, Exception]:
     """Initialise each transactional id of ``ids`` (a producer of each, in turn with the
     tasks' ends, :mod:`fanout_kafka.turns`, then closed): any producer of it initialised
     before is fenced and a transaction left open under it aborted. The ids that could not
-    be initialised, with the error of each (none: all were)."""
+    be initialised, with the error of each (none: all were).
 
-    def end(transactional_id: str) -> KafkaException | None:
-        config = settings.producer_config(0)
-        config["transactional.id"] = transactional_id
+    Any error of one id (not only the client's :class:`KafkaException`: a ``RuntimeError``,
+    ``TypeError`` or ``OSError`` of the client, its settings or the turns' lock file) is
+    that id's failure, logged redacted of the producer settings' secrets; the other ids are
+    initialised all the same, and each producer made is closed. A ``BaseException`` that
+    is not an ``Exception`` (an interrupt) is not caught. The callers fail the batch as
+    transient when an id is returned: a transaction left open under it would hold back the
+    markers they read next (on Tansu), or the id's producer could still commit."""
+    secrets = secret_values(settings.producer)
+
+    def end(transactional_id: str) -> Exception | None:
         try:
+            config = settings.producer_config(0)
+            config["transactional.id"] = transactional_id
             producer = Producer(config)
-            try:
-                with turn(settings.end_turns):
-                    init_transactions(producer, settings.operation_timeout_s)
-            finally:
-                producer.close()  # no transaction begun: nothing to abort
-        except KafkaException as exc:
-            return exc
+        except Exception as exc:
+            return _not_ended(settings, transactional_id, exc, secrets)
+        try:
+            with turn(settings.end_turns):
+                init_transactions(producer, settings.operation_timeout_s)
+        except Exception as exc:
+            return _not_ended(settings, transactional_id, exc, secrets)
+        finally:
+            _close(producer, settings, transactional_id, secrets)  # no transaction begun
         return None
 
     if not ids:
@@ -67,6 +78,31 @@ def end_transactions(settings: WriterSettings, ids: Sequence[str]) -> dict[str, 
     with ThreadPoolExecutor(max_workers=min(len(ids), 8)) as pool:
         ended = list(pool.map(end, ids))
     return {i: error for i, error in zip(ids, ended, strict=True) if error is not None}
+
+
+def _not_ended(
+    settings: WriterSettings, transactional_id: str, error: Exception, secrets: Sequence[str]
+) -> Exception:
+    """Log that ``transactional_id`` could not be initialised (the caller reports the
+    brokers' errors in its own words: at debug level; any other type at warning level, as
+    the caller names only the first id's error); ``error``."""
+    level = logging.DEBUG if isinstance(error, KafkaException) else logging.WARNING
+    log.log(level, "sink %r: cannot initialise transactional id %r (to end a transaction "
+            "left open under it): %s", settings.sink, transactional_id,
+            redact(_text(error), secrets))  # fmt: skip
+    return error
+
+
+def _close(
+    producer: Producer, settings: WriterSettings, transactional_id: str, secrets: Sequence[str]
+) -> None:
+    """Close a producer of :func:`end_transactions`; an error closing it is logged only
+    (it began no transaction: its id's initialisation, done or failed, is what counts)."""
+    try:
+        producer.close()
+    except Exception as exc:
+        log.warning("sink %r: producer of transactional id %r not closed: %s",
+                    settings.sink, transactional_id, redact(_text(exc), secrets))  # fmt: skip
 
 
 def end_abandoned_transactions(
@@ -91,7 +127,7 @@ def end_abandoned_transactions(
     try:
         # as the markers' reader looks beyond the count, so does this
         count = partitions + marked_beyond(settings, partitions)
-    except KafkaException as exc:
+    except Exception as exc:  # not only the client's: the batch fails as transient
         raise _cannot_end(settings, why, exc, batch_id) from exc
     ids = [settings.transactional_id(p) for p in range(count)] + list(extra_ids)
     failed = end_transactions(settings, ids)
@@ -105,9 +141,17 @@ def _cannot_end(
 ) -> TransientSinkError:
     """The refusal of a batch whose transactions ``why`` cannot be ended (the brokers'
     text redacted of the producer settings' secrets)."""
-    said = redact(str(error), secret_values(settings.producer))
+    said = redact(_text(error), secret_values(settings.producer))
     return TransientSinkError(f"cannot end the transactions {why}: {said}",
                               sink=settings.sink, batch_id=batch_id)  # fmt: skip
+
+
+def _text(error: BaseException) -> str:
+    """``error``'s text; prefixed with its type unless it is the client's (whose text
+    names the Kafka error), so a bare ``RuntimeError()`` still says what failed."""
+    if isinstance(error, KafkaException):
+        return str(error)
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def fence_legacy_transactions(
@@ -142,7 +186,7 @@ def fence_legacy_transactions(
     why = f"left open under the former transactional ids {legacy_prefix}-<p>"
     try:
         count = partitions + marked_beyond(legacy, partitions)
-    except KafkaException as exc:
+    except Exception as exc:
         raise _cannot_end(settings, why, exc, batch_id) from exc
     ids = [legacy.transactional_id(p) for p in range(count)] + [f"{legacy_prefix}#route-0"]
     failed = end_transactions(legacy, ids)
@@ -167,7 +211,7 @@ def fence_legacy_transactions(
     raise _cannot_end(settings, why, error, batch_id) from error
 
 
-def _id_refused(error: KafkaException) -> bool:
+def _id_refused(error: Exception) -> bool:
     """Whether ``error`` is the brokers refusing the principal a transactional id."""
     code = error.args[0].code() if error.args and isinstance(error.args[0], KafkaError) else None
     return code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

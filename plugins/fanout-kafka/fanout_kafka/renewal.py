@@ -10,7 +10,9 @@ the partitions' ``<prefix>-<p>`` (the sink's partition span, and the markers bey
 and the route letters' ``<prefix>#route-0``. And again at a later batch of the same
 ``open()`` once the last renewal in the scope is :func:`renewal_interval_s` old (half the
 brokers' ``offsets.retention.minutes``, read at ``open()`` with ``describe_configs``;
-Kafka's default when they do not say): a run whose batches go on for longer than the
+hourly when they do not say and are not Tansu, :data:`UNREPORTED_RENEWAL_S`, as the
+brokers' retention may be shorter than Kafka's default; Tansu keeps offsets for ever and
+is renewed at half Kafka's default): a run whose batches go on for longer than the
 retention without rows for some partition (a quiet source, a route sending the sink
 nothing) lost those partitions' markers while it ran. Not per batch: one renewal per
 half retention. A run with no batch at all for longer than the retention still loses
@@ -30,7 +32,12 @@ committed only beside a marker, so none of them is newer.
 
 A renewal that fails, whatever the error, is logged (redacted of the producer settings'
 secrets) and the batch goes on: the markers are read next as always; only their
-retention is not extended. Each renewal producer is closed. A transaction a renewal began
+retention is not extended. The sink then tries it again at its next batch, not half a
+retention later: up to this version a failed renewal counted as done, so markers it
+failed to renew could expire before the next one, and a replay after that was refused
+(its records gone, no marker left) although the broker held them. It warns of a failing
+renewal at most once per scope and interval, at debug level between. Each renewal
+producer is closed. A transaction a renewal began
 and could neither commit nor abort is ended by initialising its id again, on every
 broker: left open on Kafka, it would hold back the stable offsets the markers' reads wait
 for until ``transaction.timeout.ms``. On Tansu, whose open transactions hold back other
@@ -78,22 +85,37 @@ ROUTE = "#route-0"
 """The transactional id suffix of the route letters' writer (:mod:`fanout_kafka.deadletter`)."""
 
 KAFKA_OFFSETS_RETENTION_MINUTES = 7 * 24 * 60
-"""Kafka's default ``offsets.retention.minutes`` (since 2.0), assumed when the brokers do
-not report theirs (Tansu keeps offsets for ever and reports none)."""
+"""Kafka's default ``offsets.retention.minutes`` (since 2.0), assumed for the restart window
+when the brokers do not report theirs (Tansu keeps offsets for ever and reports none)."""
+
+UNREPORTED_RENEWAL_S = 3600.0
+"""How long after a renewal a batch renews the markers again when the brokers do not
+report ``offsets.retention.minutes`` (``describe_configs`` refused or unanswered) and are
+not recognised as Tansu: hourly, as the partition span and the topic id are committed
+again, so a retention down to two hours (Kafka's default before 2.0 was a day) keeps the
+markers of a run whose batches go on; one renewal an hour costs a marker read round and
+one transaction of offsets per marked writer (19 ms for 2 writers, measured on Tansu)."""
 
 
-def renewal_interval_s(retention_minutes: str | int | None) -> float:
-    """How long after a renewal a batch renews the markers again: half the brokers'
-    ``offsets.retention.minutes`` as ``describe_configs`` gives it
-    (:data:`KAFKA_OFFSETS_RETENTION_MINUTES` for ``None`` or a value that is no positive
-    number), so a group is committed again well before it can expire."""
+def retention_minutes(value: str | int | None) -> float | None:
+    """``offsets.retention.minutes`` as ``describe_configs`` gives it, or ``None`` for no
+    value or one that is no positive finite number."""
     try:
-        minutes = float(retention_minutes) if retention_minutes is not None else 0.0
+        minutes = float(value) if value is not None else math.nan
     except ValueError:
-        minutes = 0.0
-    if not 0 < minutes < math.inf:  # also NaN
-        minutes = KAFKA_OFFSETS_RETENTION_MINUTES
-    return minutes * 60 / 2
+        return None
+    return minutes if 0 < minutes < math.inf else None  # also NaN
+
+
+def renewal_interval_s(
+    retention: str | int | None, *, unreported_s: float = UNREPORTED_RENEWAL_S
+) -> float:
+    """How long after a renewal a batch renews the markers again: half the brokers'
+    ``offsets.retention.minutes`` as ``describe_configs`` gives it, so a group is committed
+    again well before it can expire; ``unreported_s`` for ``None`` or a value that is no
+    positive number (:func:`retention_minutes`)."""
+    minutes = retention_minutes(retention)
+    return unreported_s if minutes is None else minutes * 60 / 2
 
 
 @dataclass(frozen=True)
@@ -113,12 +135,19 @@ class Writer:
 
 @dataclass(frozen=True)
 class Renewal:
-    """What :func:`renew_markers` committed again: each group with its offset, and the
-    transactional ids whose renewal failed (logged)."""
+    """What :func:`renew_markers` committed again: each group with its offset, the
+    transactional ids whose renewal failed (logged), and whether the markers could not
+    even be read (``unread``: nothing renewed)."""
 
     renewed: dict[str, int] = field(default_factory=dict)
     failed: tuple[str, ...] = ()
     seconds: float = 0.0
+    unread: bool = False
+
+    @property
+    def complete(self) -> bool:
+        """Whether every marker found was committed again (none failed, all were read)."""
+        return not self.unread and not self.failed
 
 
 @dataclass(frozen=True)
@@ -140,10 +169,14 @@ def writers(settings: WriterSettings, span: int) -> list[Writer]:
     return [*found, Writer(f"{settings.transactional_id_prefix}{ROUTE}", route)]
 
 
-def renew_markers(settings: WriterSettings, span: int, batch_id: int) -> Renewal:
+def renew_markers(
+    settings: WriterSettings, span: int, batch_id: int, *, warn: bool = True
+) -> Renewal:
     """Commit again, to the offsets they hold, the groups of every writer of
     ``settings.scope`` that has a marker (the module docstring): one round of marker reads,
     then per such writer a producer, its groups' reads and one transaction of offsets.
+    Failures are logged as warnings, or at debug level without ``warn`` (the caller, which
+    tries a renewal that failed again at the next batch, warns once per interval).
 
     :raises fanout.TransientSinkError: when the id of a writer whose renewal left its
         transaction open (on Tansu: whose renewal failed) cannot be initialised again.
@@ -152,15 +185,16 @@ def renew_markers(settings: WriterSettings, span: int, batch_id: int) -> Renewal
     config = admin_config(settings.producer, settings.bootstrap_servers)
     timeout_s = settings.operation_timeout_s
     secrets = secret_values(settings.producer)
+    level = logging.WARNING if warn else logging.DEBUG
     try:
         every = writers(settings, span)
         markers = read_offsets(config, settings.marker_topic, [w.marker for w in every],
                                timeout_s)  # fmt: skip
     except Exception as exc:  # best effort: the batch reads its markers next anyway
-        log.warning("sink %r, batch %d: cannot read its markers to commit them again (their "
-                    "retention is not extended by this renewal): %s", settings.sink, batch_id,
-                    _said(exc, secrets))  # fmt: skip
-        return Renewal(seconds=time.monotonic() - started)
+        log.log(level, "sink %r, batch %d: cannot read its markers to commit them again "
+                "(their retention is not extended: tried again at the next batch): %s",
+                settings.sink, batch_id, _said(exc, secrets))  # fmt: skip
+        return Renewal(seconds=time.monotonic() - started, unread=True)
     marked = [w for w, offset in zip(every, markers, strict=True) if offset != NO_OFFSET]
     renewed: dict[str, int] = {}
     failed: list[str] = []
@@ -173,10 +207,10 @@ def renew_markers(settings: WriterSettings, span: int, batch_id: int) -> Renewal
                 failed.append(writer.transactional_id)
                 if result.left_open or settings.end_turns is not None:
                     to_end.append(writer.transactional_id)
-                log.warning(
-                    "sink %r, batch %d: cannot commit the marker groups of %r again (their "
-                    "retention is not extended by this renewal): %s", settings.sink, batch_id,
-                    writer.transactional_id, result.said,
+                log.log(
+                    level, "sink %r, batch %d: cannot commit the marker groups of %r again "
+                    "(their retention is not extended: tried again at the next batch): %s",
+                    settings.sink, batch_id, writer.transactional_id, result.said,
                 )  # fmt: skip
             else:
                 renewed.update(result)
@@ -271,9 +305,11 @@ def _said(error: BaseException, secrets: Sequence[str]) -> str:
 __all__ = [
     "KAFKA_OFFSETS_RETENTION_MINUTES",
     "ROUTE",
+    "UNREPORTED_RENEWAL_S",
     "Renewal",
     "Writer",
     "renew_markers",
     "renewal_interval_s",
+    "retention_minutes",
     "writers",
 ]

@@ -67,7 +67,13 @@ from fanout_kafka.options import (
     secret_values,
 )
 from fanout_kafka.records import RECORD_BATCH_HEADER_BYTES, Encoder, batch_headers
-from fanout_kafka.renewal import renew_markers
+from fanout_kafka.renewal import (
+    KAFKA_OFFSETS_RETENTION_MINUTES,
+    UNREPORTED_RENEWAL_S,
+    renew_markers,
+    renewal_interval_s,
+    retention_minutes,
+)
 from fanout_kafka.reruns import new_attempt
 from fanout_kafka.rivals import speculation_of
 from fanout_kafka.settings import WriterSettings, producer_config, scope_of
@@ -224,8 +230,10 @@ class KafkaSink(PartitionedSink):
         self._topic_id_recorded: tuple[float, str | None] | None = None
         # per scope, (monotonic time, span) of the partition span's last commit (open())
         self._spans: dict[str, tuple[float, int]] = {}
-        # per scope, the monotonic time of this open()'s last renewal of its marker groups
+        # per scope, the monotonic time of this open()'s last complete renewal of its
+        # marker groups, and of its last warning of a renewal that failed
         self._renewed: dict[str, float] = {}
+        self._renewal_warned: dict[str, float] = {}
         self._offsets_retention: str | None = None  # the brokers' (open()), None: unknown
         # the names the pipeline configures, until the first write in a scope asked for a
         # vanished name's batch at the topic's end (fanout_kafka.renamed): open()
@@ -255,6 +263,7 @@ class KafkaSink(PartitionedSink):
         self._topic_id_recorded = None
         self._spans = {}
         self._renewed = {}
+        self._renewal_warned = {}
         self._offsets_retention = None
         self._prefix_unchecked = True
         self._check_options()
@@ -774,18 +783,34 @@ class KafkaSink(PartitionedSink):
     def _renew_markers(self, settings: WriterSettings, span: int, batch_id: int) -> None:
         """Commit the scope's marker groups again (:func:`fanout_kafka.renewal.
         renew_markers`) at the first batch of this ``open()`` in the scope, and at a
-        later batch once that renewal is :attr:`marker_renewal_s` old (by default half
-        the brokers' ``offsets.retention.minutes``): no request in the other batches."""
-        from fanout_kafka.renewal import renewal_interval_s
-
-        interval = self.marker_renewal_s
-        if interval is None:
-            interval = renewal_interval_s(self._offsets_retention)
-        last = self._renewed.get(settings.scope)
+        later batch once the last complete renewal is :attr:`marker_renewal_s` old (by
+        default half the brokers' ``offsets.retention.minutes``, hourly when they do not
+        report it): no request in the other batches. A renewal that failed (for some
+        writer, or reading the markers) is tried again at the next batch; its failures are
+        warned at most once per scope and interval (at debug level between)."""
+        interval = self._renewal_interval_s()
+        scope = settings.scope
+        last = self._renewed.get(scope)
         now = time.monotonic()  # before the commits: the retention counts from after it
-        if last is None or now - last >= interval:
-            renew_markers(settings, span, batch_id)
-            self._renewed[settings.scope] = now
+        if last is not None and now - last < interval:
+            return
+        warned = self._renewal_warned.get(scope)
+        warn = warned is None or now - warned >= interval
+        if renew_markers(settings, span, batch_id, warn=warn).complete:
+            self._renewed[scope] = now
+        elif warn:
+            self._renewal_warned[scope] = now
+
+    def _renewal_interval_s(self) -> float:
+        """:attr:`marker_renewal_s`, else half the brokers' ``offsets.retention.minutes``;
+        when they do not report it, hourly (:data:`fanout_kafka.renewal.
+        UNREPORTED_RENEWAL_S`: theirs may be shorter than the default assumed), or on Tansu
+        (which keeps offsets for ever) half Kafka's default."""
+        if self.marker_renewal_s is not None:
+            return self.marker_renewal_s
+        tansu = self._end_turns is not None  # set by open() for a broker it knows as Tansu
+        unreported = KAFKA_OFFSETS_RETENTION_MINUTES * 30.0 if tansu else UNREPORTED_RENEWAL_S
+        return renewal_interval_s(self._offsets_retention, unreported_s=unreported)
 
     def _fence_former_prefix(self, settings: WriterSettings, span: int, batch_id: int) -> None:
         """Fence the ids of the former default prefix (a sink on the default,
@@ -1306,17 +1331,32 @@ class KafkaSink(PartitionedSink):
         """Markers are offsets of member-less groups, which the broker forgets after
         ``offsets.retention.minutes``: a query restarted later than that after a crash in
         the middle of a batch writes that batch's committed partitions again. Say how long
-        the window is (a warning when it is under a week)."""
+        the window is (a warning when it is under a week). Brokers that do not report it
+        (``describe_configs`` refused or unanswered) are warned of once per ``open()``,
+        naming what fanout assumes (Kafka's default, perhaps longer than theirs) and that it
+        renews the markers hourly instead; Tansu, which reports none and keeps offsets
+        for ever, only at info level."""
         value = self._offsets_retention = cluster.broker_config("offsets.retention.minutes")
-        if value is None:
-            log.info(
-                "sink %r: the broker does not report offsets.retention.minutes; the partition "
-                "markers last as long as it keeps committed offsets of idle groups: restart a "
-                "failed query within that time",
-                self.name,
-            )
+        minutes = retention_minutes(value)
+        if minutes is None:
+            if self._end_turns is not None:  # Tansu (open() knows it by its cluster id)
+                log.info(
+                    "sink %r: the broker (Tansu) does not report offsets.retention.minutes "
+                    "and expires no committed offset: the partition markers last as long as "
+                    "its storage keeps them", self.name,
+                )  # fmt: skip
+                return
+            log.warning(
+                "sink %r: the brokers do not report offsets.retention.minutes (describe_configs "
+                "refused or not answered: grant the sink's principal DESCRIBE_CONFIGS on the "
+                "cluster so it can read it); fanout assumes Kafka's default, %d minutes (7 "
+                "days), as the window to restart a query that failed in the middle of a batch "
+                "before the partitions it had committed are written again, and renews the "
+                "partition markers every %d minutes while batches run: a shorter retention on "
+                "the brokers shortens that window",
+                self.name, KAFKA_OFFSETS_RETENTION_MINUTES, UNREPORTED_RENEWAL_S // 60,
+            )  # fmt: skip
             return
-        minutes = int(value)
         level = logging.WARNING if minutes < MARKER_RETENTION_WARN_MINUTES else logging.INFO
         log.log(
             level,

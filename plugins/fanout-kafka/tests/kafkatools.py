@@ -1,5 +1,6 @@
 """Independent reads of a Kafka cluster for the tests (no fanout code): a read_committed
-consumer in a separate process, markers as committed offsets, topic creation."""
+consumer in a separate process, markers as committed offsets, topic creation, and a
+producer wrapper for tests that override some of its methods."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from fanout_kafka.markers import marker_group
 
@@ -35,6 +36,25 @@ class Broker:
     bootstrap: str
     embedded: bool
     hides_aborted: bool
+
+
+class WrappedProducer:
+    """A real producer (``inner``) standing in for the one fanout makes, for a test to
+    override some of its methods: its ``transactional_id``, whether it was ``closed`` (the
+    real one is closed by the test), and each one made appended to ``made``."""
+
+    def __init__(self, config: dict[str, Any], made: list[Any]) -> None:
+        self.inner = Producer(config)
+        self.transactional_id = str(config["transactional.id"])
+        self.closed = False
+        made.append(self)
+
+    def close(self) -> bool:
+        self.closed = True
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 def read_topic(

@@ -25,10 +25,11 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from fanout_kafka import KafkaSink, renewal
 from fanout_kafka import sink as sink_module
-from kafkatools import Broker, create_topic, marker
+from kafkatools import Broker, WrappedProducer, create_topic, marker
 from test_abandoned_transactions import PLAN, _batch, _commit, _sink
 
 from fanout import BatchInfo, FanOut
+from fanout.contract.sink import SinkContext
 
 SUFFIXES = ("", ".plan", ".target")
 """The groups a partition's transaction commits without dead letters or a route."""
@@ -43,8 +44,14 @@ class _Spied:
         self.sent: list[tuple[str, int]] = []
         self.committed: dict[str, int] | None = None
         self.closed = False
+        self.refused: Exception | None = None  # what its init_transactions raises, if set
         self._groups = groups
         log.append(self)
+
+    def init_transactions(self, timeout: float) -> None:
+        if self.refused is not None:
+            raise self.refused
+        self._inner.init_transactions(timeout)
 
     def close(self) -> bool:
         self.closed = True
@@ -187,14 +194,8 @@ def test_a_renewal_that_fails_closes_its_producers_ends_what_it_left_open_and_hi
     prefix = f"fanout/{pipeline}/events"
     made: list[Any] = []
 
-    class Failing:
+    class Failing(WrappedProducer):
         """A renewal producer whose commit and abort the brokers refuse."""
-
-        def __init__(self, config: dict[str, Any]) -> None:
-            self.inner = confluent_kafka.Producer(config)
-            self.transactional_id = str(config["transactional.id"])
-            self.closed = False
-            made.append(self)
 
         def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
             moved = [confluent_kafka.TopicPartition(o.topic, 0, o.offset + 100) for o in offsets]
@@ -205,13 +206,6 @@ def test_a_renewal_that_fails_closes_its_producers_ends_what_it_left_open_and_hi
 
         def abort_transaction(self, timeout: float) -> None:
             raise KafkaException(KafkaError(KafkaError._STATE, "cannot abort"))
-
-        def close(self) -> bool:
-            self.closed = True  # the real one is closed by the test, after its check
-            return True
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
 
     real_read = renewal.read_offsets
 
@@ -227,7 +221,7 @@ def test_a_renewal_that_fails_closes_its_producers_ends_what_it_left_open_and_hi
         ended.append(sorted(ids))
         return real_end(settings_, ids)
 
-    monkeypatch.setattr(renewal, "Producer", Failing)
+    monkeypatch.setattr(renewal, "Producer", lambda config: Failing(config, made))
     monkeypatch.setattr(renewal, "read_offsets", read)
     monkeypatch.setattr(renewal, "end_transactions", end)
     with caplog.at_level(logging.DEBUG, "fanout_kafka"):
@@ -252,10 +246,10 @@ def test_a_renewal_that_fails_closes_its_producers_ends_what_it_left_open_and_hi
     warned = sorted(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     assert warned == [
         f"sink 'events', batch 1: cannot commit the marker groups of '{prefix}-0' again "
-        "(their retention is not extended by this renewal): "
+        "(their retention is not extended: tried again at the next batch): "
         + str(KafkaException(KafkaError(KafkaError._STATE, "refused for ***"))),
         f"sink 'events', batch 1: cannot commit the marker groups of '{prefix}-1' again "
-        "(their retention is not extended by this renewal): no offsets for ***",
+        "(their retention is not extended: tried again at the next batch): no offsets for ***",
     ]
     assert SECRET not in caplog.text
     # the markers read as before
@@ -306,22 +300,35 @@ def test_a_batch_renews_the_markers_again_once_the_last_renewal_is_the_interval_
 def test_the_renewal_interval_is_half_the_retention_the_brokers_report(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The interval: half of ``offsets.retention.minutes`` as ``open()`` read it, or of
-    Kafka's default (7 days) when the brokers do not report it (Tansu) or report nonsense;
-    counted per scope from the last renewal there."""
+    """The interval: half of ``offsets.retention.minutes`` as ``open()`` read it; when the
+    brokers do not report it (or report nonsense), an hour, as their retention may be
+    shorter than the 7 days assumed, except on Tansu (keeps offsets for ever): half of
+    Kafka's default; ``marker_renewal_s`` over all. Counted per scope from the last
+    renewal there."""
     week = 7 * 24 * 60
     assert renewal.renewal_interval_s("60") == 1800.0
     for unknown in (None, "", "x", "0", "-5", "nan", "inf"):
-        assert renewal.renewal_interval_s(unknown) == week * 30.0
+        assert renewal.renewal_interval_s(unknown) == 3600.0
+        assert renewal.renewal_interval_s(unknown, unreported_s=5.0) == 5.0
 
     sink = KafkaSink("events", bootstrap_servers="b:1", topic="t")
+    sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: None))
+    assert sink._renewal_interval_s() == 3600.0
+    sink._end_turns = "/tmp/turns"  # Tansu, as open() knows it
+    assert sink._renewal_interval_s() == week * 30.0
+    monkeypatch.setattr(KafkaSink, "marker_renewal_s", 7.0)
+    assert sink._renewal_interval_s() == 7.0
+    monkeypatch.setattr(KafkaSink, "marker_renewal_s", None)
+    sink._end_turns = None
+
     sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: "60"))
     clock = [1000.0]
     monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     asked: list[tuple[str, int]] = []
 
-    def renew(settings: Any, span: int, batch_id: int) -> None:
+    def renew(settings: Any, span: int, batch_id: int, *, warn: bool) -> renewal.Renewal:
         asked.append((settings.scope, batch_id))
+        return renewal.Renewal()
 
     monkeypatch.setattr(sink_module, "renew_markers", renew)
     for at, scope, batch_id in [(0, "p", 0), (1799, "p", 1), (1800, "p", 2), (1801, "p", 3),
@@ -329,3 +336,110 @@ def test_the_renewal_interval_is_half_the_retention_the_brokers_report(
         clock[0] = 1000.0 + at
         sink._renew_markers(SimpleNamespace(scope=scope), 2, batch_id)  # type: ignore[arg-type]
     assert asked == [("p", 0), ("p", 2), ("p@e1", 4), ("p", 6)]
+
+
+def test_a_renewal_that_failed_is_tried_at_the_next_batch_and_warned_once_per_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A renewal that failed for a writer, or could not read the markers, is not counted:
+    the next batch tries it again (up to this version not for half a retention, in which
+    the markers could expire). It warns at most once per scope and interval (half of 60
+    minutes here): ``warn`` is false for the tries in between. A complete renewal counts
+    from when it began, as before."""
+    sink = KafkaSink("events", bootstrap_servers="b:1", topic="t")
+    sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: "60"))
+    clock = [0.0]
+    monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    failed, unread, done = (renewal.Renewal(failed=("t-0",)), renewal.Renewal(unread=True),
+                            renewal.Renewal(renewed={"g": 1}))  # fmt: skip
+    answers = {0: failed, 1: unread, 2: failed, 3: failed, 4: done, 6: failed, 7: done,
+               8: failed}  # fmt: skip
+    asked: list[tuple[str, int, bool]] = []
+
+    def renew(settings: Any, span: int, batch_id: int, *, warn: bool) -> renewal.Renewal:
+        asked.append((settings.scope, batch_id, warn))
+        return answers.get(batch_id, done)
+
+    monkeypatch.setattr(sink_module, "renew_markers", renew)
+    for at, scope, batch_id in [(0, "p", 0), (10, "p", 1), (20, "p@e1", 2), (1799, "p", 3),
+                                (1800, "p", 4), (3599, "p", 5), (3600, "p", 6),
+                                (3610, "p", 7), (5410, "p", 8), (5420, "p", 9)]:  # fmt: skip
+        clock[0] = float(at)
+        sink._renew_markers(SimpleNamespace(scope=scope), 2, batch_id)  # type: ignore[arg-type]
+    assert asked == [
+        ("p", 0, True),  # failed: warned
+        ("p", 1, False),  # tried again, markers unread: not warned again
+        ("p@e1", 2, True),  # another scope warns on its own
+        ("p", 3, False),  # 1799 s after the warning: still not
+        ("p", 4, True),  # 1800 s: would warn again; complete (no warning), counted from 1800
+        ("p", 6, True),  # 3600: due; fails; warned (the last warning was at 0)
+        ("p", 7, False),  # tried again 10 s later: not warned; complete, counted from 3610
+        ("p", 8, True),  # 5410: due; fails; warned (1810 s after the last warning)
+        ("p", 9, False),  # tried again: not warned
+    ]
+
+
+def test_a_renewal_the_brokers_refuse_is_tried_again_at_the_next_batch_on_the_broker(
+    kafka: Broker, renewals: list[_Spied], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """Partition 0 committed batch 0 under an earlier ``open()``. The next ``open()``'s
+    renewal at batch 1 is refused by the brokers (its producer's ``init_transactions``,
+    the text holding a password): warned once, redacted. Batch 2 tries again (refused:
+    not warned again), batch 3 renews every group at the offset it holds, and batch 4 no
+    more (the interval, half of 7 days on Tansu, has not passed). Before, batches 2 to 4
+    renewed nothing: the first failure counted as the renewal."""
+    topic, pipeline = f"rn-{uuid.uuid4().hex[:8]}", f"rn{uuid.uuid4().hex[:6]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    earlier = _sink(kafka, topic, pipeline)
+    try:
+        assert earlier.committed_partitions(_batch(pipeline), PLAN) == []
+        _commit(earlier, pipeline, 0, 0)
+    finally:
+        earlier.close()
+    sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
+                     value="v", partitions=2, producer={"sasl.password": SECRET})  # fmt: skip
+    sink.open(SinkContext(pipeline))
+    spied = renewal.Producer  # the fixture's: each producer recorded in ``renewals``
+    refusal: list[Exception | None] = [
+        KafkaException(KafkaError(KafkaError._TRANSPORT, f"broker said no to {SECRET}"))
+    ]
+
+    def make(config: dict[str, Any]) -> _Spied:
+        made = spied(config)
+        made.refused = refusal[0]
+        return made
+
+    monkeypatch.setattr(renewal, "Producer", make)
+    try:
+        with caplog.at_level(logging.DEBUG, "fanout_kafka"):
+            assert sink.committed_partitions(_batch(pipeline, 1), PLAN) == []
+            assert sink.committed_partitions(_batch(pipeline, 2), PLAN) == []
+        prefix = f"fanout/{pipeline}/events"
+        assert [(r.transactional_id, r.committed, r.closed) for r in renewals] == [
+            (f"{prefix}-0", None, True), (f"{prefix}-0", None, True)
+        ]  # fmt: skip
+        said = [(r.levelname, r.getMessage()) for r in caplog.records
+                if "cannot commit the marker groups" in r.getMessage()]  # fmt: skip
+        refused = str(KafkaException(KafkaError(KafkaError._TRANSPORT, "broker said no to ***")))
+        assert said == [
+            (level, f"sink 'events', batch {b}: cannot commit the marker groups of "
+             f"'{prefix}-0' again (their retention is not extended: tried again at the next "
+             f"batch): {refused}") for level, b in (("WARNING", 1), ("DEBUG", 2))
+        ]  # fmt: skip
+        assert SECRET not in caplog.text
+        refusal[0] = None
+        groups = {
+            f"fanout/{pipeline}/events/p0{suffix}": marker(kafka.bootstrap, pipeline, "events",
+                                                           0, "__fanout_markers", suffix=suffix)
+            for suffix in SUFFIXES
+        }  # fmt: skip
+        held = {group: offset for group, offset in groups.items() if offset >= 0}
+        assert held[f"fanout/{pipeline}/events/p0"] == 1  # batch 0's
+        assert sink.committed_partitions(_batch(pipeline, 3), PLAN) == []
+        assert sink.committed_partitions(_batch(pipeline, 4), PLAN) == []
+        assert [(r.transactional_id, r.committed) for r in renewals] == [
+            (f"{prefix}-0", None), (f"{prefix}-0", None), (f"{prefix}-0", held)
+        ]  # fmt: skip
+    finally:
+        sink.close()
