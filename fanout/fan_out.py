@@ -890,8 +890,8 @@ class FanOut:
         before doing anything of the batch (Spark then runs it again at the next start).
         A ``FanOut`` built here from its pickle (under Spark Connect, beside the server)
         closes itself before an error leaves this call: its query ends with it."""
-        call_entered()  # from here a SIGTERM unwinds this call, never closes (worker_end)
         try:
+            call_entered()  # from here a SIGTERM unwinds this call, never closes (worker_end)
             if "_context" not in self.__dict__:  # unpickled: build the pipeline here
                 self._build(getattr(batch_df, "sparkSession", None))
             info: BatchInfo | None = None
