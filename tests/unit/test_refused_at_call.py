@@ -458,7 +458,8 @@ def test_a_refusal_row_landing_late_never_exempts_a_replay_after_an_attempt_that
     replay, the sink's records gone, is refused: written once."""
     from fanout.steps import refused
 
-    monkeypatch.setattr(refused, "RECORD_WAIT_S", 1.0)
+    # the second attempt waits for the row as long: room for the timer below on a busy host
+    monkeypatch.setattr(refused, "RECORD_WAIT_S", 1.0 if lands == "after-the-write" else 3.0)
     landing = threading.Event()
     ledger = LandsLate(landing)
     ledger.mark_committed(LedgerEntry("orders", "lake", 0, "committed", rows=3))
@@ -508,7 +509,7 @@ class SlowRefusalDelta(DeltaLedger):
 
 
 def test_a_late_refusal_row_on_a_delta_ledger_is_outranked_by_the_next_writing_attempt(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The same on a real Delta ledger, with two FanOuts of the pipeline in one process
     (each its own ledger object, so the slow commit holds no lock the second one waits
@@ -517,7 +518,7 @@ def test_a_late_refusal_row_on_a_delta_ledger_is_outranked_by_the_next_writing_a
     ``admitted`` first; the next process's replay is refused, not exempted."""
     from fanout.steps import refused
 
-    monkeypatch.setattr(refused, "RECORD_WAIT_S", 1.0)
+    monkeypatch.setattr(refused, "RECORD_WAIT_S", 3.0)  # the row's read of the ledger first
     path = str(tmp_path / "ledger")
     seed = DeltaLedger(path)
     seed.open()
@@ -530,8 +531,9 @@ def test_a_late_refusal_row_on_a_delta_ledger_is_outranked_by_the_next_writing_a
     first = _fan(tmp_path, SlowRefusalDelta(path), LostTarget("lake"))
     second = _fan(tmp_path, MarkLost(path, "lake"), lake)
     planned = _planned(tmp_path / "cp", 1, _now_ms() + 5)
-    with pytest.raises(TargetLostError):
+    with caplog.at_level(logging.WARNING), pytest.raises(TargetLostError):
         first(Frame(), 1)
+    assert "its append is under way and may land later" in _warned(caplog, "took more than")
     with pytest.raises(BatchFailedError):
         second(Frame(), 1)  # written, its mark lost
     SlowRefusalDelta.landing.set()
