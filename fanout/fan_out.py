@@ -890,8 +890,8 @@ class FanOut:
         before doing anything of the batch (Spark then runs it again at the next start).
         A ``FanOut`` built here from its pickle (under Spark Connect, beside the server)
         closes itself before an error leaves this call: its query ends with it."""
-        call_entered()  # from here a SIGTERM unwinds this call, never closes (worker_end)
         try:
+            call_entered()  # from here a SIGTERM unwinds this call, never closes (worker_end)
             if "_context" not in self.__dict__:  # unpickled: build the pipeline here
                 self._build(getattr(batch_df, "sparkSession", None))
             info: BatchInfo | None = None
@@ -1331,7 +1331,7 @@ class FanOut:
     def _process(self, state: BatchState) -> dict[str, SinkResult]:
         self._check_targets(state)  # 2b. once per run
         plan(state, self.ledger, self.sinks)  # 3. plan
-        unwritten = self._refuse_unproven_replay(state)  # 3c. on a replayed batch only
+        admit = self._refuse_unproven_replay(state)  # 3c. on a replayed batch only
         self._runs.writing(state.info)
         if self.lagging.sinks:  # admitted: Spark committed every batch of its epoch before it
             self._saw_batch(state.info)
@@ -1347,7 +1347,7 @@ class FanOut:
             state, self.lagging, self.specs, self.catchup, self._record, self.abandoned
         )  # 3b. behind
         self._announce(state)
-        if unwritten:  # the last step before a sink may write
+        if admit:  # the last step before a sink may write
             self._admit_refused_replay(state.info)
         self._refusals.writing()  # from here a sink may write: a refusal is no more recorded
         if state.pending or state.lagging or state.lagged:  # lagged: could not be opened
@@ -1393,12 +1393,14 @@ class FanOut:
         """Step 3c: refuse a replayed batch to a pending sink that cannot tell whether it
         holds it while its own records are gone (:mod:`fanout.steps.replay`); one with
         ``on_failure="lag"`` lags with the refusal instead (:meth:`Lagging.lose`: the
-        hold-back takes it out of the batch, which is spooled for it). Returns
-        :meth:`_refused_before_writing`: then the batch passes, and :meth:`_process`
-        records it admitted before its first write."""
+        hold-back takes it out of the batch, which is spooled for it). Returns whether
+        :meth:`_process` records the attempt admitted before its first write: when
+        :meth:`_refused_before_writing` answers ``True`` (then the batch passes) or ``None``
+        (a late ``refused`` row may still land; the batch is checked as any other)."""
         unwritten = self._refused_before_writing(state.info)
+        admit = unwritten is not False
         if not state.info.replayed:
-            return unwritten
+            return admit
         unasked = self.lagging.unasked()
         opened = {n: s for n, s in self.sinks.items() if n not in unasked}
         timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
@@ -1409,7 +1411,7 @@ class FanOut:
             ledger=ledger_location(self.ledger),
             pipeline_file=self.pipeline_file,
             spool=None if self.spool is None else command_location(self.spool.path),
-            refused_before_writing=unwritten,
+            refused_before_writing=unwritten is True,
         )
         try:
             lost = refuse_unproven_replay(state, opened, timeouts, check, ledger=self.ledger)
@@ -1420,25 +1422,34 @@ class FanOut:
             raise
         self._lose(lost)  # each lags, its failed attempt recorded at 3b (hold_back)
         doubt(state, opened, check)  # spooled so, its catch-up asks (steps/replay_lag)
-        return unwritten
+        return admit
 
-    def _refused_before_writing(self, info: BatchInfo) -> bool:
+    def _refused_before_writing(self, info: BatchInfo) -> bool | None:
         """Whether fanout refused every earlier attempt of the batch before any sink wrote
         it (:func:`fanout.ledger.refusals.refused_unwritten`), read only when this attempt
         is not certainly the batch's first (:meth:`_first_attempt`): a replay by the run
         memory, or one it reads as new while an attempt of the batch raised before in this
         process (a ``FanOut`` reused across in-process restarts of its query, or built
         inside a foreachBatch call, refused that attempt before writing: planned after its
-        birth, never begun writing). A first attempt reads nothing."""
+        birth, never begun writing). A first attempt reads nothing.
+
+        ``None``: a ``refused`` row of the batch whose append this process gave up waiting
+        for is still under way after a second wait (:meth:`PreWrite.settled`). Landing
+        after this read, it would be the newest word about an attempt that wrote: so the
+        rows exempt nothing now, and the attempt records itself admitted before writing
+        all the same (numbered from a read after the late row's, it outranks it)."""
         if self._first_attempt(info):
             return False
+        if not self._refusals.settled(info.batch_id):
+            return None
         return refused_unwritten(
             self.ledger, info.pipeline, info.epoch, info.batch_id, info.batch_timestamp_ms
         )
 
     def _admit_refused_replay(self, info: BatchInfo) -> None:
-        """Record that this attempt of a batch :meth:`_refused_before_writing` answered for
-        goes on to write it (:func:`fanout.ledger.refusals.record_admitted`), past every
+        """Record that this attempt of a batch :meth:`_refused_before_writing` answered
+        ``True`` or ``None`` for goes on to write it
+        (:func:`fanout.ledger.refusals.record_admitted`), past every
         check that may still refuse it without writing: from here it may write, and if it is
         killed mid-write, the next replay must not pass behind the old refusal. Raises what
         the append raises (the batch must not write then)."""

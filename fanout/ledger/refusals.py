@@ -20,7 +20,11 @@ false. So such an attempt appends one row:
 
 :func:`refused_unwritten` reads them: the newest ``refused`` row of the batch has its
 planning time and no ``admitted`` row came after it. The rows' order is their ``attempt``
-(1, 2, ... per pipeline, epoch and batch), not their times (the drivers' clocks). Both
+(1, 2, ... per pipeline, epoch and batch), not their times (the drivers' clocks) nor the
+order they landed in: a row's number is taken from the read of the batch's rows just
+before its append, so a ``refused`` row whose slow append lands after an ``admitted`` row
+appended meanwhile (read later, seeing at least what it saw) is numbered at or below it,
+and a tie goes to ``admitted``. Both
 rows have sink :data:`NO_SINK` and carry no error, offsets or query id (nothing secret).
 No reader of marks, attempts or reports counts them (every reader filters its statuses;
 ``fanout status`` and :meth:`~fanout.ledger.delta.DeltaLedger.sink_names` leave out
@@ -68,8 +72,10 @@ def record_admitted(
     ``batch_timestamp_ms``) goes on to write it: called right before its first write (past
     every check that may still refuse it unwritten), by every attempt that writes a batch
     :func:`refused_unwritten` says ``True`` of, a replay or not by the run memory (else one
-    killed mid-write would hide behind the old refusal). Raises what the ledger's append
-    raises: the replay must not write then."""
+    killed mid-write would hide behind the old refusal), and by every one whose batch's
+    ``refused`` row may still land (its append given up on in this process,
+    :meth:`fanout.steps.refused.PreWrite.settled`: numbered from a later read, this row
+    outranks it). Raises what the ledger's append raises: the replay must not write then."""
     _record(ledger, ADMITTED, pipeline, epoch, batch_id, batch_timestamp_ms)
 
 
@@ -78,9 +84,10 @@ def refused_unwritten(
 ) -> bool:
     """Whether every attempt of batch ``batch_id`` of ``epoch`` planned at
     ``batch_timestamp_ms`` so far was refused before any sink wrote it: the batch's newest
-    :data:`REFUSED` row has that planning time, and no :data:`ADMITTED` row came after it.
-    ``False`` when no row says so, when the planning time is unknown, when two rows tie
-    (two writers at once) and disagree."""
+    :data:`REFUSED` row has that planning time, and no :data:`ADMITTED` row came after it
+    or ties with it (a late ``refused`` row: module docstring). ``False`` when no row says
+    so, when the planning time is unknown, when two ``refused`` rows tie (two writers at
+    once) and disagree."""
     if batch_timestamp_ms is None:
         return False
     rows = ledger.refusal_rows(pipeline, epoch, batch_id)

@@ -24,7 +24,11 @@ safe; a wrong row could let a batch be written twice):
 The row's ledger I/O (and, at the stop gate, the read of ``offsets/N``) runs in a thread of
 its own, waited for :data:`RECORD_WAIT_S` at most: a store that hangs must not hang
 ``fanout run``'s stop. A row not recorded by then is dropped, warned (no row: the replay is
-checked as any other).
+checked as any other). Its append may have begun, though, and land late: after a later
+attempt of the batch read the rows, found none, and wrote. So such a late row is remembered
+(:meth:`PreWrite.settled`): a later attempt of the batch in this process waits for it before
+it reads the rows, and one that still finds it under way is not exempt and records itself
+``admitted`` before it writes, numbered past the late row (:mod:`fanout.ledger.refusals`).
 
 Nothing of this runs on a batch that passes: a flag set, no read, no write.
 """
@@ -35,6 +39,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from fanout.contract.batch import BatchInfo
@@ -73,14 +78,54 @@ Attempt = Callable[[], tuple[BatchInfo | None, bool]]
 """What :meth:`PreWrite.left` asks of the attempt that leaves: its context (``None``:
 unreadable) and whether it is certainly the batch's first (``FanOut._first_attempt``)."""
 
-_raised: dict[tuple[str, str], set[int]] = {}
-"""Per (ledger location, pipeline), the batch ids of attempts that raised in this process,
-by any ``FanOut``: a later attempt of one of them is a replay (Spark replays a batch that
-raised), whoever runs it."""
-_raised_here: weakref.WeakKeyDictionary[object, dict[str, set[int]]] = weakref.WeakKeyDictionary()
+
+@dataclass
+class Seen:
+    """What this process saw of one pipeline's refused attempts, by any ``FanOut``."""
+
+    raised: set[int] = field(default_factory=set)
+    """The batch ids of attempts that raised: a later attempt of one of them is a replay
+    (Spark replays a batch that raised), whoever runs it."""
+    landing: dict[int, threading.Event] = field(default_factory=dict)
+    """Per batch id, a ``refused`` row whose append began and was given up on
+    (:meth:`PreWrite.left`): set once the append ended, landed or failed."""
+
+
+_seen: dict[tuple[str, str], Seen] = {}
+"""Per (ledger location, pipeline)."""
+_seen_here: weakref.WeakKeyDictionary[object, dict[str, Seen]] = weakref.WeakKeyDictionary()
 """The same for a ledger without a location (in memory), per ledger object: a new one
 never finds another's (gone, its ``id()`` reused)."""
-_raised_lock = threading.Lock()
+_seen_lock = threading.Lock()
+
+
+class _Wait:
+    """Between a refusal's record thread and the refusal waiting for it, under one lock:
+    the thread asks :meth:`go_on` right before its append, the refusal that stops waiting
+    learns from :meth:`give_up` whether the append began (then its row may land late)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._given_up = False
+        self._began = False
+
+    @property
+    def given_up(self) -> bool:
+        """Whether the refusal stopped waiting."""
+        with self._lock:
+            return self._given_up
+
+    def go_on(self) -> bool:
+        """The thread is about to append: may it (the refusal still waits)?"""
+        with self._lock:
+            self._began = not self._given_up
+            return self._began
+
+    def give_up(self) -> bool:
+        """The refusal stops waiting: whether the append began before (it may still land)."""
+        with self._lock:
+            self._given_up = True
+            return self._began
 
 
 class PreWrite:
@@ -134,17 +179,35 @@ class PreWrite:
         planned = info.batch_timestamp_ms
         if planned is None or self.born_ms is None or planned < self.born_ms:
             return False
-        with _raised_lock:
-            return info.batch_id not in self._raised()
+        with _seen_lock:
+            return info.batch_id not in self._seen().raised
 
-    def _raised(self) -> set[int]:
-        """This pipeline's batches that raised in this process (caller holds the lock)."""
+    def settled(self, batch_id: int) -> bool:
+        """Whether no ``refused`` row of ``batch_id`` may still land: one whose append
+        began and was given up on in this process (:meth:`left`) is waited for now,
+        :data:`RECORD_WAIT_S` at most. ``False``: still under way, it may land after the
+        caller reads the batch's rows (then those rows exempt nothing, and an attempt that
+        writes records itself ``admitted`` first: ``FanOut._refused_before_writing``)."""
+        with _seen_lock:
+            landing = self._seen().landing.get(batch_id)
+        if landing is None:
+            return True
+        if not landing.wait(RECORD_WAIT_S):
+            return False
+        with _seen_lock:
+            seen = self._seen()
+            if seen.landing.get(batch_id) is landing:
+                del seen.landing[batch_id]
+        return True
+
+    def _seen(self) -> Seen:
+        """What this process saw of this pipeline (caller holds :data:`_seen_lock`)."""
         if getattr(self.ledger, "path", None) is None:
             try:
-                return _raised_here.setdefault(self.ledger, {}).setdefault(self.pipeline, set())
+                return _seen_here.setdefault(self.ledger, {}).setdefault(self.pipeline, Seen())
             except TypeError:  # a ledger object that cannot be weakly referenced or hashed
                 pass
-        return _raised.setdefault((ledger_key(self.ledger), self.pipeline), set())
+        return _seen.setdefault((ledger_key(self.ledger), self.pipeline), Seen())
 
     def context(
         self, reader: ContextReader, batch_df: Any, batch_id: int
@@ -189,30 +252,31 @@ class PreWrite:
         ``error`` is an ``Exception`` (not an interrupt) and ``attempt()`` says the attempt
         was the batch's first, with a planning time. ``attempt()`` and the record run in a
         thread waited for :data:`RECORD_WAIT_S`: not done by then, the row is dropped
-        (warned; the thread begins no ledger read or append after that). A failing record
-        is logged, never raised: the batch's own error goes on (a clean stop stays one).
-        The batch id is then remembered as raised in this process (after ``attempt()``,
-        which asks it)."""
+        (warned; the thread begins no ledger read or append after that), and an append
+        under way is remembered (:meth:`settled`). A failing record is logged, never
+        raised: the batch's own error goes on (a clean stop stays one). The batch id is
+        then remembered as raised in this process (after ``attempt()``, which asks it)."""
         phase, epoch = self._phase, self._epoch  # the next batch's entering() resets them
         try:
             if phase in RECORDED and isinstance(error, Exception):
                 self._record_bounded(int(batch_id), epoch, error, attempt)
         finally:
-            with _raised_lock:
-                self._raised().add(int(batch_id))
+            with _seen_lock:
+                self._seen().raised.add(int(batch_id))
 
     def _record_bounded(
         self, batch_id: int, epoch: int | None, error: Exception, attempt: Attempt
     ) -> None:
         """:meth:`_record` of ``attempt()``'s batch when it is a first attempt, waited for
-        :data:`RECORD_WAIT_S` at most."""
-        given_up = threading.Event()
+        :data:`RECORD_WAIT_S` at most; an append still under way then is remembered as
+        landing (:attr:`Seen.landing`)."""
+        wait = _Wait()
 
         def record() -> None:
             info, first = attempt()
             planned = None if info is None else info.batch_timestamp_ms
-            if first and planned is not None and not given_up.is_set():
-                self._record(batch_id, epoch, planned, error, given_up)
+            if first and planned is not None and not wait.given_up:
+                self._record(batch_id, epoch, planned, error, wait)
 
         name = f"fanout-{self.pipeline}-refused"
         call = BoundedCall.run(record, RECORD_WAIT_S, name)
@@ -221,12 +285,19 @@ class PreWrite:
                 log.warning("pipeline %s, batch %s: its refusal could not be recorded: %s",
                             self.pipeline, batch_id, call.error)  # fmt: skip
             return
-        given_up.set()
+        if wait.give_up():
+            with _seen_lock:
+                self._seen().landing[batch_id] = call.done
+            late = (
+                "its append is under way and may land later: a later attempt of the batch in "
+                "this process waits for it, else is not exempted by it"
+            )
+        else:
+            late = "not recorded, so that the refusal is not held up"
         log.warning(
             "pipeline %s, batch %s: refused, but recording so in the ledger took more than "
-            "%g s (the ledger's or the checkpoint's store does not answer); not recorded, so "
-            "that the refusal is not held up; %s",
-            self.pipeline, batch_id, RECORD_WAIT_S, UNRECORDED,
+            "%g s (the ledger's or the checkpoint's store does not answer); %s; %s",
+            self.pipeline, batch_id, RECORD_WAIT_S, late, UNRECORDED,
             extra=batch_fields(self.pipeline, batch_id),
         )  # fmt: skip
 
@@ -236,18 +307,17 @@ class PreWrite:
         epoch: int | None,
         planned: int,
         error: Exception,
-        given_up: threading.Event,
+        wait: _Wait,
     ) -> None:
         """Append the ``refused`` row of ``batch_id``, in ``epoch`` (``None``: the ledger's
-        current one), unless ``given_up`` is set before the append; log what happened."""
+        current one), unless ``wait`` was given up before the append; log what happened."""
         fields = batch_fields(self.pipeline, batch_id)
         try:
             if epoch is None:  # before the guard: the epoch a replay is admitted into
                 epoch = self.ledger.lookup(self.pipeline, ()).epoch
             recorded = record_refused(
-                self.ledger, self.pipeline, epoch, batch_id, planned,
-                go_on=lambda: not given_up.is_set(),
-            )  # fmt: skip
+                self.ledger, self.pipeline, epoch, batch_id, planned, go_on=wait.go_on
+            )
         except Exception as exc:
             log.warning(
                 "pipeline %s, batch %s: refused before any sink wrote it, but the ledger "

@@ -220,9 +220,12 @@ class ReplayCheck:
     pipeline_file: str | None = None
     spool: str | None = None
     refused_before_writing: bool = False
-    """Whether fanout itself refused the batch's earlier attempt before any write (then
-    nothing of it was written: the replay passes; the caller recorded it as admitted,
-    :func:`fanout.ledger.refusals.record_admitted`, before asking)."""
+    """Whether fanout itself refused every earlier attempt of the batch before any write
+    (:func:`fanout.ledger.refusals.refused_unwritten`): then nothing of it was written and
+    the replay passes. Nothing is recorded yet when this is asked: the caller records the
+    attempt admitted later (``FanOut._admit_refused_replay``, after the gaps and hold-back
+    checks of steps 3a and 3b, right before the first write), so that a refusal by those
+    leaves the ``refused`` row the newest word, nothing written."""
 
 
 def refuse_unproven_replay(

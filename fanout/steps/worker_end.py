@@ -8,7 +8,8 @@ process at once, without ``finally`` blocks or ``atexit``: the FanOut closed not
 that process only (:func:`watch`), SIGTERM is handled in the main thread, where pyspark
 runs the batches:
 
-- inside a ``FanOut.__call__`` (from its first line to its last: :func:`call_entered`),
+- inside a ``FanOut.__call__`` (from the first line of its ``try`` to its ``finally``:
+  :func:`call_entered`, :func:`call_left`),
   :class:`WorkerTerminated` (a ``SystemExit``) unwinds the batch as any ``BaseException``
   does (invariant 4): the sinks' writes running in other threads end whole, each marked
   after its own write as always; the attempt cut in the main thread is recorded as failed,
@@ -120,14 +121,20 @@ def watch(fan: Any) -> bool:
 
 
 def call_entered() -> None:
-    """A ``FanOut.__call__`` begins (its first line): until its :func:`call_left`, a
-    SIGTERM unwinds it (:class:`WorkerTerminated`), never closes from the handler."""
+    """A ``FanOut.__call__`` begins (the first line of its ``try``): until its
+    :func:`call_left`, a SIGTERM unwinds it (:class:`WorkerTerminated`), never closes from
+    the handler."""
     _calls.append(threading.get_ident())
 
 
 def call_left() -> None:
-    """The ``FanOut.__call__`` of this thread that began last ends (its last line)."""
-    _calls.remove(threading.get_ident())
+    """The ``FanOut.__call__`` of this thread that began last ends (its ``finally``).
+    Nothing when its :func:`call_entered` never counted it (a SIGTERM handled inside the
+    ``try`` before the append): the handler's own error goes on, not a ``ValueError``."""
+    try:
+        _calls.remove(threading.get_ident())
+    except ValueError:
+        pass
 
 
 def _install() -> bool:

@@ -92,6 +92,38 @@ def test_a_refusal_after_an_admitted_replay_counts_again(
     assert refused_unwritten(ledger, "orders", 0, 7, T2) is False
 
 
+def _admitted_meanwhile(ledger: Ledger, batch: int) -> Callable[[], bool]:
+    """A ``go_on`` for :func:`record_refused`, asked after its read of the rows and before
+    its append: another attempt appends ``admitted`` meanwhile."""
+
+    def go_on() -> bool:
+        record_admitted(ledger, "orders", 0, batch, T)
+        return True
+
+    return go_on
+
+
+@LEDGERS
+def test_a_refused_row_landing_after_an_admitted_one_read_later_is_not_the_newest(
+    make: Callable[[Path], Ledger], tmp_path: Path
+) -> None:
+    """A slow ``refused`` append (a first attempt's, given up on) lands after a later
+    attempt read the rows and appended ``admitted``: numbered from its own earlier read,
+    it ties with the ``admitted`` row, which wins: the replay after is not exempt,
+    whatever order they landed in. Also with rows before (batch 8)."""
+    ledger = make(tmp_path)
+    assert record_refused(ledger, "orders", 0, 7, T, go_on=_admitted_meanwhile(ledger, 7))
+    rows = [(r.status, r.attempt) for r in ledger.refusal_rows("orders", 0, 7)]
+    assert sorted(rows) == [(ADMITTED, 1), (REFUSED, 1)]
+    assert refused_unwritten(ledger, "orders", 0, 7, T) is False
+    record_refused(ledger, "orders", 0, 8, T)
+    record_admitted(ledger, "orders", 0, 8, T)
+    assert record_refused(ledger, "orders", 0, 8, T, go_on=_admitted_meanwhile(ledger, 8))
+    rows = [(r.status, r.attempt) for r in ledger.refusal_rows("orders", 0, 8)]
+    assert sorted(rows) == [(ADMITTED, 2), (ADMITTED, 3), (REFUSED, 1), (REFUSED, 3)]
+    assert refused_unwritten(ledger, "orders", 0, 8, T) is False
+
+
 @LEDGERS
 def test_the_rows_are_numbered_per_batch_and_hold_nothing_but_the_batch(
     make: Callable[[Path], Ledger], tmp_path: Path

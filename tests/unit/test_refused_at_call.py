@@ -3,7 +3,8 @@ as the refusal leaves ``FanOut.__call__`` (``fanout.steps.refused``), and only t
 for a batch a sink began writing, not for a replay (planned before the ``FanOut`` was born,
 or an attempt of a batch that raised before in this process), not when the planning time
 is unknown; never a row on a batch that passes. A failing record leaves the refusal as it
-was. The checkpoint is a directory with Spark's ``offsets/N`` files, as Spark writes them;
+was; a row whose append lands late never exempts a replay after an attempt that wrote. The
+checkpoint is a directory with Spark's ``offsets/N`` files, as Spark writes them;
 the ledger is the memory one (the Delta ledger's rows: ``test_refusals.py``, and a real
 ``fanout run`` stopped: ``tests/integration/test_stop_records_refusal.py``)."""
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +31,11 @@ from fanout.contract.batch import Batch
 from fanout.contract.sink import Sink, SinkResult
 from fanout.errors import LedgerError, SinkWriteError
 from fanout.ledger.delta import DeltaLedger
-from fanout.ledger.entry import LedgerEntry, now_utc
+from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.memory import MemoryLedger
 from fanout.ledger.refusals import NO_SINK, REFUSED, refused_unwritten
 from fanout.testing import RecordingSink
+from fanout.testing.faults import MarkLost
 from tests.unit.fakes import FakeFrame
 from tests.unit.test_replay import LosesOneMark, Unsure
 
@@ -71,7 +74,7 @@ def _planned(checkpoint: Path, batch: int, at_ms: int) -> int:
     return at_ms
 
 
-def _fan(tmp_path: Path, ledger: MemoryLedger, sink: Sink | None = None) -> FanOut:
+def _fan(tmp_path: Path, ledger: Ledger, sink: Sink | None = None) -> FanOut:
     return FanOut("orders", ledger, [sink or RecordingSink("lake")], retries=0,
                   checkpoint_location=str(tmp_path / "cp"))  # fmt: skip
 
@@ -275,8 +278,8 @@ def test_a_memory_ledgers_raised_batches_are_its_own(tmp_path: Path) -> None:
     with pytest.raises(BatchFailedError):
         fan(Frame(), 0)
     fan.close()
-    assert refused._raised_here[ledger] == {"orders": {0}}  # held weakly, by the object
-    assert refused.PreWrite(MemoryLedger(), "orders", _now_ms())._raised() == set()
+    assert refused._seen_here[ledger]["orders"].raised == {0}  # held weakly, by the object
+    assert refused.PreWrite(MemoryLedger(), "orders", _now_ms())._seen().raised == set()
 
 
 class Restored(Unsure):
@@ -401,8 +404,153 @@ def test_a_refusal_the_ledger_does_not_record_in_time_goes_on_without_its_row(
     fan.close()
     assert took < 3, took
     assert _refusals(ledger) == []
+    # its append never began (given up in the read): no row can land late, none waited for
+    assert refused._seen_here[ledger]["orders"].landing == {}
+    assert refused.PreWrite(ledger, "orders", None).settled(0) is True
     assert _warned(caplog, "took more than").startswith(
         "pipeline orders, batch 0: refused, but recording so in the ledger took more than "
         "0.3 s (the ledger's or the checkpoint's store does not answer); not recorded"
     )
     assert "`--accept-lost-target <sink>`" in _warned(caplog, "<sink>")
+
+
+class LandsLate(LosesOneMark):
+    """A memory ledger whose append of a ``refused`` row waits for ``landing`` (a store
+    that answers late), and whose first mark of ``lake`` at batch 1 fails."""
+
+    def __init__(self, landing: threading.Event) -> None:
+        super().__init__("lake", 1)
+        self.landing = landing
+
+    def record_refusal_row(self, entry: LedgerEntry) -> None:
+        if entry.status == REFUSED:
+            self.landing.wait(20)
+        super().record_refusal_row(entry)
+
+
+def _raised_by(call: Callable[[], object]) -> BaseException | None:
+    """What ``call`` raised (``None``: it returned)."""
+    try:
+        call()
+    except BaseException as error:
+        return error
+    return None
+
+
+def _join_refusal_threads() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "fanout-orders-refused":
+            thread.join(20)
+
+
+@pytest.mark.parametrize("lands", ["after-the-write", "during-the-wait"])
+def test_a_refusal_row_landing_late_never_exempts_a_replay_after_an_attempt_that_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    lands: str,
+) -> None:  # fmt: skip
+    """Batch 1's first attempt is refused before writing (a lost target); its ``refused``
+    row's append outlasts ``RECORD_WAIT_S`` (given up, warned) and lands later. The query
+    restarts in-process on the same FanOut: its second attempt writes the sink and dies
+    before its mark. Landing after the write, the late row must not be the newest word:
+    the second attempt found it under way and recorded itself ``admitted`` before
+    writing, numbered at least as high. Landing while the second attempt waits for it,
+    the rows are read with it (exempt, then admitted). Either way the next process's
+    replay, the sink's records gone, is refused: written once."""
+    from fanout.steps import refused
+
+    # the second attempt waits for the row as long: room for the timer below on a busy host
+    monkeypatch.setattr(refused, "RECORD_WAIT_S", 1.0 if lands == "after-the-write" else 3.0)
+    landing = threading.Event()
+    ledger = LandsLate(landing)
+    ledger.mark_committed(LedgerEntry("orders", "lake", 0, "committed", rows=3))
+    lake = Restored("lake")
+    fan = _fan(tmp_path, ledger, lake)
+    planned = _planned(tmp_path / "cp", 1, _now_ms() + 5)
+    with caplog.at_level(logging.WARNING), pytest.raises(TargetLostError):
+        fan(Frame(), 1)
+    assert "its append is under way and may land later" in _warned(caplog, "took more than")
+    assert ledger.refusal_rows("orders", 0, 1) == []  # not landed yet
+    lake.lost = False  # the target restored; the query starts again in this process
+    timer = threading.Timer(0.1, landing.set)  # lands 0.1 s into the second attempt's wait
+    if lands == "during-the-wait":
+        timer.start()
+    with pytest.raises(BatchFailedError):
+        fan(Frame(), 1)  # written, its mark lost
+    landing.set()
+    timer.cancel()
+    _join_refusal_threads()
+    fan.close()
+    assert lake.calls == [(1, 1)]
+    time.sleep(0.02)  # the next process's FanOut is born after the batch was planned
+    again = _fan(tmp_path, ledger, lake)
+    error = _raised_by(lambda: again(Frame(), 1))
+    again.close()
+    assert lake.calls == [(1, 1)]  # not written a second time
+    assert isinstance(error, SinkRecordsGoneError), error
+    rows = [(r.status, r.attempt, r.batch_timestamp_ms)
+            for r in ledger.refusal_rows("orders", 0, 1)]  # fmt: skip
+    if lands == "after-the-write":  # both numbered from a read that found no row
+        assert rows == [("admitted", 1, planned), ("refused", 1, planned)]
+    else:
+        assert rows == [("refused", 1, planned), ("admitted", 2, planned)]
+    assert refused_unwritten(ledger, "orders", 0, 1, planned) is False
+
+
+class SlowRefusalDelta(DeltaLedger):
+    """A Delta ledger whose commit of a ``refused`` row waits for ``landing``, under the
+    ledger's lock, as a slow store's commit does."""
+
+    landing = threading.Event()
+
+    def _append(self, table: Any, entries: Any, txns: Any) -> None:
+        if any(e.status == REFUSED for e in entries):
+            self.landing.wait(20)
+        super()._append(table, entries, txns)
+
+
+def test_a_late_refusal_row_on_a_delta_ledger_is_outranked_by_the_next_writing_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same on a real Delta ledger, with two FanOuts of the pipeline in one process
+    (each its own ledger object, so the slow commit holds no lock the second one waits
+    for): the first refuses batch 1 (a lost target) and its row's commit lands only after
+    the second's attempt wrote the batch and lost its mark. The second recorded
+    ``admitted`` first; the next process's replay is refused, not exempted."""
+    from fanout.steps import refused
+
+    monkeypatch.setattr(refused, "RECORD_WAIT_S", 3.0)  # the row's read of the ledger first
+    path = str(tmp_path / "ledger")
+    seed = DeltaLedger(path)
+    seed.open()
+    seed.mark_committed(
+        LedgerEntry("orders", "lake", 0, "committed", rows=3, finished_at=now_utc())
+    )
+    SlowRefusalDelta.landing = threading.Event()
+    lake = Restored("lake")  # the second FanOut's: one Sink object serves one FanOut
+    lake.lost = False
+    first = _fan(tmp_path, SlowRefusalDelta(path), LostTarget("lake"))
+    second = _fan(tmp_path, MarkLost(path, "lake"), lake)
+    planned = _planned(tmp_path / "cp", 1, _now_ms() + 5)
+    with caplog.at_level(logging.WARNING), pytest.raises(TargetLostError):
+        first(Frame(), 1)
+    assert "its append is under way and may land later" in _warned(caplog, "took more than")
+    with pytest.raises(BatchFailedError):
+        second(Frame(), 1)  # written, its mark lost
+    SlowRefusalDelta.landing.set()
+    _join_refusal_threads()
+    first.close()
+    second.close()
+    assert lake.calls == [(1, 1)]
+    time.sleep(0.02)  # the next process's FanOut is born after the batch was planned
+    again = _fan(tmp_path, DeltaLedger(path), lake)
+    error = _raised_by(lambda: again(Frame(), 1))
+    again.close()
+    assert lake.calls == [(1, 1)]  # not written a second time
+    assert isinstance(error, SinkRecordsGoneError), error
+    reader = DeltaLedger(path)
+    rows = sorted(reader.refusal_rows("orders", 0, 1), key=lambda r: r.status)
+    assert [(r.status, r.attempt, r.batch_timestamp_ms) for r in rows] == [
+        ("admitted", 1, planned),
+        ("refused", 1, planned),
+    ]
+    assert refused_unwritten(reader, "orders", 0, 1, planned) is False

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,10 @@ from pyspark import cloudpickle
 from fanout import Batch, FanOut, SinkResult
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import entries_from_arrow
+from fanout.ledger.memory import MemoryLedger
 from fanout.steps import worker_end
+from fanout.testing import RecordingSink
+from tests.unit.fakes import FakeFrame
 from tests.unit.test_built_fan_out_close import ClosingSink
 
 REPO = Path(__file__).resolve().parents[2]
@@ -294,3 +298,32 @@ def test_nothing_is_installed_outside_connects_worker_or_over_a_handler(
         assert signal.getsignal(signal.SIGTERM) is users
     finally:
         signal.signal(signal.SIGTERM, earlier)
+
+
+def _cut_at_call_entered(counted: bool) -> Callable[[], None]:
+    """``call_entered`` as a SIGTERM handled right after (``counted``) or right before its
+    append would leave it: the handler's :class:`worker_end.WorkerTerminated` raised."""
+
+    def entered() -> None:
+        if counted:
+            worker_end.call_entered()
+        raise worker_end.WorkerTerminated
+
+    return entered
+
+
+@pytest.mark.parametrize("counted", [True, False], ids=["after-the-count", "before-the-count"])
+def test_a_sigterm_at_the_calls_first_line_still_pairs_its_count(
+    monkeypatch: pytest.MonkeyPatch, counted: bool
+) -> None:
+    """The count of ``FanOut.__call__`` running (what tells the handler to unwind rather
+    than close) is undone by the call's ``finally`` however early the SIGTERM comes: a
+    count left behind would make every later SIGTERM between batches skip the close. One
+    that came before the count leaves the handler's own error, not a ``ValueError``."""
+    monkeypatch.setattr("fanout.fan_out.call_entered", _cut_at_call_entered(counted))
+    before = list(worker_end._calls)
+    fan = FanOut("ending", MemoryLedger(), [RecordingSink("lake")], retries=0)
+    with pytest.raises(worker_end.WorkerTerminated):
+        fan(FakeFrame(), 0)
+    fan.close()
+    assert worker_end._calls == before == []
