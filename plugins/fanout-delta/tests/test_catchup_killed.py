@@ -47,12 +47,14 @@ def _down(work: Path, name: str) -> SinkSpec:
     return SinkSpec(sink, lag=lag_policy(name, {"on_failure": "lag"}))
 
 
-def _write(fan: FanOut, spark: Any, batch_id: int, planned: int | None = None) -> list[str]:
-    """Batch ``batch_id`` (ids ``10 * batch_id`` + 0..2); the sinks written live."""
+def _write(
+    fan: FanOut, spark: Any, batch_id: int, planned: int | None = None, rows: int = 3
+) -> list[str]:
+    """Batch ``batch_id`` (ids ``10 * batch_id`` + 0..``rows - 1``); the sinks written live."""
     planned = int(time.time() * 1000) if planned is None else planned
     info = BatchInfo(PIPELINE, batch_id, "query-1", [{"src": {"0": batch_id + 1}}],
                      batch_timestamp_ms=planned)  # fmt: skip
-    frame = spark.createDataFrame([(batch_id * 10 + n,) for n in range(3)], "id LONG")
+    frame = spark.createDataFrame([(batch_id * 10 + n,) for n in range(rows)], "id LONG")
     return sorted(fan.process(frame, info))
 
 
@@ -157,42 +159,48 @@ def test_a_catch_up_write_killed_before_its_mark_is_asked_about_by_the_next_run(
 def test_a_doubted_replay_is_not_asked_of_a_lag_sink_that_was_already_behind_it(
     spark: Any, tmp_path: Path
 ) -> None:
-    """bronze lags from batch 1 (down); batch 2's attempt is killed after silver wrote it;
-    both sinks' transactions expire; Spark replays batch 2: silver, which could have been
-    written, is refused and its spooled batch 2 flagged; bronze, marked at batch 0, could
-    not have been (it gets batch 1 first), so its catch-up writes batches 1 and 2."""
+    """bronze lags from batch 1 (down; the batch is empty, so its catch-up leaves no
+    record of it in the table); batch 2's attempt is killed after silver wrote it (gold
+    before it, tin not yet); both lag sinks' transactions expire; Spark replays batch 2:
+    silver, which could have been written, is refused and its spooled batch 2 flagged;
+    bronze, marked at batch 0, could not have been (it gets batch 1 first): not asked at
+    the replay, not flagged in the spool (the spooling beside tin's write), and its
+    catch-up writes batches 1 and 2 (flagged, batch 2 was refused: bronze's records of
+    the epoch are still gone after the empty batch 1)."""
     work = tmp_path
     bronze, silver = _down(work, "bronze"), _down(work, "silver")
     gold = catchup_driver.sinks(work)[1]
-    killing = FanOut(PIPELINE, str(work / "ledger"), [bronze, silver, gold], retries=0,
+    tin = {**gold, "name": "tin", "path": str(work / "tin")}
+    killing = FanOut(PIPELINE, str(work / "ledger"), [bronze, silver, gold, tin], retries=0,
                      backoff_s=0, parallelism=1, spool=str(work / "spool"),
                      probe_interval_s=3600, plugins=[DieAfterWrite("silver", 2)])  # fmt: skip
     killing.catchup.stop()
     try:
-        assert _write(killing, spark, 0) == ["bronze", "gold", "silver"]
+        assert _write(killing, spark, 0) == ["bronze", "gold", "silver", "tin"]
         bronze.sink.down = True  # type: ignore[attr-defined]
-        assert _write(killing, spark, 1) == ["gold", "silver"]
+        assert _write(killing, spark, 1, rows=0) == ["gold", "silver", "tin"]
         planned = int(time.time() * 1000)
         with pytest.raises(DriverKilled):
             _write(killing, spark, 2, planned)
     finally:
         killing.close()
-    assert ids(work / "silver") == [0, 1, 2, 10, 11, 12, 20, 21, 22]
+    assert ids(work / "silver") == [0, 1, 2, 20, 21, 22]
+    assert ids(work / "tin") == [0, 1, 2]
     time.sleep(3)  # both tables forget their app transactions
 
-    replay = FanOut(PIPELINE, str(work / "ledger"), [bronze, silver, gold], retries=0,
+    replay = FanOut(PIPELINE, str(work / "ledger"), [bronze, silver, gold, tin], retries=0,
                     backoff_s=0, parallelism=1, spool=str(work / "spool"),
                     probe_interval_s=3600)  # fmt: skip
     replay.catchup.stop()
     try:
-        assert "bronze" not in _write(replay, spark, 2, planned)  # behind: held back, unasked
+        assert _write(replay, spark, 2, planned) == ["tin"]  # gold holds it; bronze behind
         assert _failed(work) == [("bronze", 1, "SinkWriteError"), ("silver", 2, "SinkRecordsGoneError")]
         assert _spooled(replay) == [(1, ["bronze"], []), (2, ["bronze", "silver"], ["silver"])]
     finally:
         replay.close()
 
     bronze.sink.down = False  # type: ignore[attr-defined]
-    after = FanOut(PIPELINE, str(work / "ledger"), [bronze, silver, gold], retries=0,
+    after = FanOut(PIPELINE, str(work / "ledger"), [bronze, silver, gold, tin], retries=0,
                    backoff_s=0, parallelism=1, spool=str(work / "spool"),
                    probe_interval_s=3600)  # fmt: skip
     after.catchup.stop()
@@ -204,8 +212,9 @@ def test_a_doubted_replay_is_not_asked_of_a_lag_sink_that_was_already_behind_it(
         after.close()
     assert [s.sink for s in behind.value.behind] == ["silver"], str(behind.value)
     assert (lags["bronze"].batches, lags["silver"].batches) == (0, 1)
-    assert ids(work / "bronze") == [0, 1, 2, 10, 11, 12, 20, 21, 22]  # each batch once
-    assert ids(work / "silver") == [0, 1, 2, 10, 11, 12, 20, 21, 22]
-    assert _ledger(work).last_committed(PIPELINE, ["bronze", "silver", "gold"]) == {
-        "bronze": 2, "silver": 1, "gold": 2,
+    assert ids(work / "bronze") == [0, 1, 2, 20, 21, 22]  # each batch once
+    assert ids(work / "silver") == [0, 1, 2, 20, 21, 22]
+    assert ids(work / "tin") == [0, 1, 2, 20, 21, 22]
+    assert _ledger(work).last_committed(PIPELINE, ["bronze", "silver", "gold", "tin"]) == {
+        "bronze": 2, "silver": 1, "gold": 2, "tin": 2,
     }  # fmt: skip
