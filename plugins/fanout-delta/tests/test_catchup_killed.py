@@ -72,7 +72,9 @@ def _ledger(work: Path) -> DeltaLedger:
 def _failed(work: Path) -> list[tuple[str, int, str]]:
     rows = _ledger(work).rows(PIPELINE)
     return sorted(
-        (r["sink"], r["batch_id"], r["error"].split(":")[0]) for r in rows if r["status"] == "failed"
+        (r["sink"], r["batch_id"], r["error"].split(":")[0])
+        for r in rows
+        if r["status"] == "failed"
     )
 
 
@@ -194,7 +196,10 @@ def test_a_doubted_replay_is_not_asked_of_a_lag_sink_that_was_already_behind_it(
     replay.catchup.stop()
     try:
         assert _write(replay, spark, 2, planned) == ["tin"]  # gold holds it; bronze behind
-        assert _failed(work) == [("bronze", 1, "SinkWriteError"), ("silver", 2, "SinkRecordsGoneError")]
+        assert _failed(work) == [
+            ("bronze", 1, "SinkWriteError"),
+            ("silver", 2, "SinkRecordsGoneError"),
+        ]
         assert _spooled(replay) == [(1, ["bronze"], []), (2, ["bronze", "silver"], ["silver"])]
     finally:
         replay.close()
