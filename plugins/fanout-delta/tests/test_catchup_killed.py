@@ -12,10 +12,8 @@ sinks, ledger and spool; the killed catch-up runs in a driver subprocess
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +28,7 @@ from fanout import BatchInfo, FanOut, SinksBehindError
 from fanout.ledger.delta import DeltaLedger
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.testing.faults import DieAfterWrite, DownWhile, DriverKilled
-from tests.cli_process import fanout_process, printed_command
+from tests.cli_process import driver_process, fanout_process, printed_command
 
 pytestmark = pytest.mark.integration
 
@@ -79,21 +77,8 @@ def _failed(work: Path) -> list[tuple[str, int, str]]:
 
 
 def _driver(work: Path) -> subprocess.CompletedProcess[str]:
-    """catchup_driver.py in a process group of its own (its kill takes its JVM with it;
-    what is left of the group once it ended is killed too)."""
-    process = subprocess.Popen(
-        [sys.executable, str(DRIVER), str(work)],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = process.communicate(timeout=180)
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    """catchup_driver.py in a process group of its own (:func:`driver_process`)."""
+    return driver_process(str(DRIVER), str(work), timeout_s=180)
 
 
 REFUSED = (
