@@ -18,9 +18,10 @@
   marks must carry (query id, source offsets, planning time), the batch's Spark
   schema, the sinks configured when it was spooled (``party``: an older epoch's batch
   is settled only once each of them holds it, :func:`fanout.spool.settled.party_of`), and
-  whether it was spooled for the sink from a replay an earlier attempt may have written
-  (``replayed``: its catch-up asks the sink first, :mod:`fanout.steps.replay_lag`). Rows of
-  a replayed batch may repeat; readers take the union.
+  whether it was spooled for the sink from a replay an earlier attempt may have written,
+  or a catch-up began writing it to the sink (``replayed``: its catch-up asks the sink
+  first, :mod:`fanout.steps.replay_lag`). Rows of a replayed batch may repeat; readers take
+  the union.
 
 A batch's index rows go once the sinks they name have committed it (:meth:`Spool.release`,
 which chooses and removes under the spool's lock), only those rows; its rows go once no
@@ -115,9 +116,11 @@ class SpooledBatch:
     the index alone)."""
     replayed: frozenset[str] = frozenset()
     """The sinks it was spooled for from a batch Spark replayed whose earlier attempt may
-    have written it (:attr:`fanout.steps.state.BatchState.doubted`): before the catch-up
-    writes it to one of them, the sink is asked whether it can tell it holds the batch
-    (:mod:`fanout.steps.replay_lag`). Kept in the index, so a later run asks too."""
+    have written it to them (:attr:`fanout.steps.state.BatchState.doubted`,
+    :func:`fanout.steps.lag_steps.may_hold`), and those a catch-up began writing it to
+    (:meth:`Spool.note_replayed`): before the catch-up writes it to one of them, the sink
+    is asked whether it can tell it holds the batch (:mod:`fanout.steps.replay_lag`). Kept
+    in the index, so a later run asks too."""
 
     @property
     def key(self) -> BatchKey:
@@ -297,23 +300,53 @@ class Spool:
         arrow: Callable[[], pa.Table] | None = None,
         party: Iterable[str] | None = None,
         *,
-        replayed: bool = False,
+        replayed: bool | Iterable[str] = False,
     ) -> SpooledBatch:
         """Spool batch ``info`` (the sinks needing it, every call; its rows, once) and
         return it as the index now knows it. ``arrow`` gives the batch as Arrow when a
         conversion is shared with the sinks (default: ``df.toArrow()``); ``party``: every
         sink configured now (:attr:`SpooledBatch.party`); ``replayed``: a replay an
-        earlier attempt may have written, recorded for the sinks ``needed_by``
-        (:attr:`SpooledBatch.replayed`; an index row is appended for a sink already
-        recorded without it). Raises
+        earlier attempt may have written, recorded for the sinks ``needed_by`` (``True``)
+        or for those of them it names (:attr:`SpooledBatch.replayed`; an index row is
+        appended for a sink already recorded without it). Raises
         :class:`fanout.SpoolError`, and :class:`fanout.CheckpointResetError` or
         :class:`fanout.CheckpointRollbackError` when the spool holds a batch of the same
         id from another query or another plan (:meth:`check`)."""
         sinks = frozenset(needed_by)
         key = (info.epoch, info.batch_id)
+        if isinstance(replayed, bool):
+            doubted = sinks if replayed else frozenset()
+        else:
+            doubted = sinks & frozenset(replayed)
         with self._lock:  # one writer at a time: a removal's vacuum must not see our files
             self.check(info)
-            return self._add(df, info, sinks, key, now, arrow, party, replayed)
+            return self._add(df, info, sinks, key, now, arrow, party, doubted)
+
+    def note_replayed(self, key: BatchKey, sink: str) -> SpooledBatch:
+        """Record in the index, before its catch-up writes batch ``key`` to ``sink``, that
+        an attempt of that write may have begun (:attr:`SpooledBatch.replayed` for the
+        sink: a later run's catch-up asks the sink before writing it again,
+        :mod:`fanout.steps.replay_lag`). One index row appended (one commit), only when
+        the sink is not recorded so yet; returns the batch as the index now knows it.
+        Raises :class:`fanout.SpoolError`."""
+        with self._lock:
+            batch = self._batches.get(key)
+            if batch is None:
+                raise SpoolError(
+                    f"spool at {self._shown}: batch {key[1]} (epoch {key[0]}) is not spooled"
+                )
+            if sink in batch.replayed:
+                return batch
+            noted = replace(batch, needed_by=frozenset([sink]), replayed=frozenset([sink]))
+            try:
+                self._append_index(noted, [sink])
+            except Exception as exc:
+                raise SpoolError(
+                    f"pipeline {self.pipeline!r}, batch {key[1]}: cannot record in the index of "
+                    f"the spool at {self._shown} that sink {sink!r} is being caught up on it: "
+                    f"{type(exc).__name__}: {self._masked(exc)}"
+                ) from exc
+            return self._merge(noted)
 
     def check(self, info: BatchInfo) -> None:
         """Refuse batch ``info`` when the spool holds a batch of the same ``(epoch, batch
@@ -346,7 +379,7 @@ class Spool:
         now: datetime,
         arrow: Callable[[], pa.Table] | None,
         party: Iterable[str] | None = None,
-        replayed: bool = False,
+        replayed: frozenset[str] = frozenset(),
     ) -> SpooledBatch:
         # The index row first, then the rows if a fresh snapshot lacks them: a removal in
         # another instance deletes a batch's rows only when no index row of it remains, so
@@ -373,7 +406,7 @@ class Spool:
                 None if info.source_offsets is None else json.dumps(info.source_offsets),
                 info.batch_timestamp_ms,
                 party=None if party is None else frozenset(party),
-                replayed=sinks if replayed else frozenset(),
+                replayed=replayed,
             )
             new_sinks = sinks - (existing.needed_by if existing else frozenset())
             new_sinks |= batch.replayed - (existing.replayed if existing else frozenset())

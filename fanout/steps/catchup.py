@@ -44,7 +44,7 @@ from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.table import BatchKey
 from fanout.steps.lag import Backlog, Lagging
 from fanout.steps.record import Recorder
-from fanout.steps.replay_lag import SpooledReplays
+from fanout.steps.replay_lag import SpooledReplays, may_refuse
 from fanout.steps.timeout import AbandonedWrite, AbandonedWrites, TimedWrite
 from fanout.steps.write import SinkOutcome, SinkRunner, run_timed
 
@@ -159,6 +159,9 @@ class CatchUp:
         self._timed_out: dict[str, int] = {}  # catch-up writes abandoned in a row, by sink
         self._timed: dict[str, TimedWrite] = {}  # bounded catch-up writes waited for, by sink
         self._told_lost: set[str] = set()  # sinks whose lost target the ledger was told of
+        # the (sink, batch) pairs whose note (Spool.note_replayed) this catch-up wrote, each
+        # write of them since returned here: not asked again in this process
+        self._noted: set[tuple[str, BatchKey]] = set()
 
     # -- the thread ------------------------------------------------------------------
 
@@ -521,6 +524,9 @@ class CatchUp:
                 extra=batch_fields(self.lagging.pipeline, key[1], sink),
             )  # fmt: skip
             return exc
+        unnoted = self._note_write(sink, key)
+        if unnoted is not None:
+            return unnoted
         routes = BatchRoutes.prepare(
             df, info, {sink: spec}, [sink], self.target_of,
             lambda name: not self.record.marked_here(name, info.epoch), self.earlier_of,
@@ -556,7 +562,7 @@ class CatchUp:
         the rest of the run, never written (:meth:`fanout.steps.lag.Lagging.lose`), as at
         step 3c, recorded as a failed attempt of the batch (a skip may name it)."""
         spool = self.lagging.spool
-        if self.replays is None or spool is None:
+        if self.replays is None or spool is None or (sink, key) in self._noted:
             return None
         spooled = spool.get(key)
         refused = self.replays.refusal(sink, spooled, self.lagging.mark(sink, key[0]))
@@ -564,6 +570,38 @@ class CatchUp:
             self.lagging.lose(sink, refused)
             self._record_lost(sink, key, refused)
         return refused
+
+    def _note_write(self, sink: str, key: BatchKey) -> BaseException | None:
+        """Before the first catch-up write of spooled batch ``key`` to ``sink``, record in
+        the spool's index that it may begin (:meth:`fanout.spool.table.Spool.note_replayed`):
+        a process killed in it, before the sink's mark, leaves the next run's catch-up no
+        replay signal of Spark's, and with the sink's own records of its batches gone
+        (:meth:`fanout.Sink.records_gone`) that run would write the batch a second time;
+        with the note it asks the sink first (:meth:`_refused_replay`). Its writes in this
+        process that returned are not asked about: they are retried as a live batch's are,
+        on the sink's idempotency. Recorded only where the question could refuse (a batch
+        holding rows, a sink answering ``records_gone`` without a harmless rewrite) and not
+        recorded yet: one index append per such batch and sink. The note's failure fails
+        the write, nothing written (the error)."""
+        spool = self.lagging.spool
+        spooled = None if spool is None else spool.get(key)
+        if self.replays is None or spooled is None or spooled.rows == 0:
+            return None  # not spooled (a backfill batch): not covered, see §14.4
+        if sink in spooled.replayed or not may_refuse(self.specs[sink].sink):
+            return None
+        assert spool is not None
+        try:
+            spool.note_replayed(key, sink)
+        except Exception as exc:
+            self.lagging.failed(sink, exc)
+            log.error(
+                "pipeline %s, batch %s, sink %s: not caught up: %s",
+                self.lagging.pipeline, key[1], sink, exc,
+                extra=batch_fields(self.lagging.pipeline, key[1], sink),
+            )  # fmt: skip
+            return exc
+        self._noted.add((sink, key))
+        return None
 
     def _moved_past(self, sink: str, key: BatchKey) -> bool:
         """Whether ``sink``'s mark, read again from the ledger after its catch-up of batch

@@ -319,7 +319,7 @@ def start_spooling(
     party = party_of_batch(state, lagging, specs)
     task = partial(
         spool.add, state.df, state.info, needed, now_utc(), arrow, party=party,
-        replayed=state.doubted,
+        replayed=may_hold(state, lagging, needed),
     )  # fmt: skip
     pool = ThreadPoolExecutor(1, thread_name_prefix=f"fanout-{state.info.pipeline}-spool")
     try:
@@ -364,11 +364,30 @@ def spool_for_lagging(
     # wrote without its rows (add appends the rows a fresh snapshot lacks)
     if (missing or (needed and started is None)) and lagging.spool is not None:
         party = party_of_batch(state, lagging, specs)
+        sinks = missing or needed
         lagging.spool.add(
-            state.df, state.info, missing or needed, now_utc(), _arrow_of(state), party=party,
-            replayed=state.doubted,
+            state.df, state.info, sinks, now_utc(), _arrow_of(state), party=party,
+            replayed=may_hold(state, lagging, sinks),
         )  # fmt: skip
         state.spooled = key
+
+
+def may_hold(state: BatchState, lagging: Lagging, sinks: Collection[str]) -> frozenset[str]:
+    """The sinks of ``sinks`` (the batch is spooled for them) that the earlier attempt of a
+    doubted replay (:attr:`fanout.steps.state.BatchState.doubted`) could have written it to,
+    recorded as such in the spool (:attr:`fanout.spool.table.SpooledBatch.replayed`): each
+    whose mark in the batch's epoch is at or past the batch before it, or that has none
+    there (no order to go by). A sink marked below that was behind at that attempt too
+    (marks never move back), and a sink that is behind gets its batches in order, never
+    this one before the one before it (hold-back, gaps: docs/architecture.md §14.1), so its
+    catch-up need not ask it (asked once its records are gone, it would be refused for a
+    batch it cannot hold). Empty for a batch that is not a doubted replay."""
+    if not state.doubted:
+        return frozenset()
+    epoch, before = state.info.epoch, state.batch_id - 1
+    return frozenset(
+        name for name in sinks if (mark := lagging.mark(name, epoch)) is None or mark >= before
+    )
 
 
 def _why_behind(error: BaseException) -> str:

@@ -179,12 +179,17 @@ def unproven_sinks(
     ``holds_batch`` answers ``None`` about the batch and whose ``records_gone`` gives a
     reason about its newest such mark. ``True``, :class:`fanout.PartlyHeld` or ``False``:
     its records answer; raised or no answer within ``timeouts``: passes, as at the run's
-    lost-target check (its write meets the same outage)."""
+    lost-target check (its write meets the same outage). Not asked: a sink whose mark is
+    below the batch before this one, behind at the earlier attempt too (marks never move
+    back), which a sink behind is never written past (held back, or the batch refused at
+    its gap: docs/architecture.md §14.1)."""
     info, marks = state.info, state.marks or {}
     gone: dict[str, str] = {}
     for name in state.pending:
         sink, mark = sinks.get(name), marks.get(name)
         if sink is None or mark is None or sink.harmless_rewrite() is not None:
+            continue
+        if mark < info.batch_id - 1:
             continue
         if not answers_records_gone(sink):
             continue

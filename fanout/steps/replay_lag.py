@@ -7,8 +7,11 @@ lags with the refusal, and the batch is spooled for it. So is the batch for a la
 3c could not ask (not opened yet, or lost before). Spark then commits the batch, and the
 next run no longer sees a replay: its catch-up would write the spooled batch with the
 sink unable to tell whether the attempt before wrote it. So a doubted replay
-(:func:`doubt`) is recorded in the spool's index for the sinks it is spooled for
-(:attr:`fanout.spool.table.SpooledBatch.replayed`, kept across runs), and the catch-up (the
+(:func:`doubt`) is recorded in the spool's index for the sinks it is spooled for that the
+attempt before could have written (:func:`fanout.steps.lag_steps.may_hold`;
+:attr:`fanout.spool.table.SpooledBatch.replayed`, kept across runs), and so is a catch-up
+write of a spooled batch before it begins (a process killed in it leaves the next run no
+replay to see: :meth:`fanout.steps.catchup.CatchUp._note_write`), and the catch-up (the
 thread, a drain, the final catch-up: every write of a reopened sink) asks the sink the
 same question before it writes such a batch (:meth:`SpooledReplays.refusal`): the same
 :func:`fanout.steps.replay.unproven_sinks`, the same refusal with the same ways on, the
@@ -24,17 +27,25 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from fanout.contract.batch import BatchInfo
+from fanout.contract.sink import Sink
 from fanout.errors import SinkRecordsGoneError, shell_word
 from fanout.ledger.entry import Ledger
 from fanout.ledger.gaps import release_command, skip_command
 from fanout.observe.secrets import redact
 from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.table import SpooledBatch
+from fanout.steps.holds import answers_records_gone
 from fanout.steps.lost_target import target_text
 from fanout.steps.replay import ReplayCheck, unproven_sinks
 from fanout.steps.state import BatchState
 
 log = logging.getLogger("fanout")
+
+
+def may_refuse(sink: Sink) -> bool:
+    """Whether :func:`fanout.steps.replay.unproven_sinks` could ever refuse a batch to
+    ``sink``: its type answers ``records_gone`` and a second write would not be harmless."""
+    return answers_records_gone(sink) and sink.harmless_rewrite() is None
 
 
 def doubt(state: BatchState, asked: Collection[str], check: ReplayCheck) -> None:
@@ -89,9 +100,10 @@ class SpooledReplays:
         if sink in self.accepted:
             log.warning(
                 "pipeline %s, sink %s: batch %s of epoch %s, spooled for the sink from a "
-                "replay, is one it cannot tell its target holds (%s); accepted "
-                "(accept_lost_targets): the catch-up writes it, a second time if the attempt "
-                "before the replay wrote it", info.pipeline, sink, info.batch_id, info.epoch,
+                "replay or begun by an earlier run's catch-up, is one it cannot tell its "
+                "target holds (%s); accepted (accept_lost_targets): the catch-up writes it, a "
+                "second time if the attempt before wrote it", info.pipeline, sink, info.batch_id,
+                info.epoch,
                 reason,
             )  # fmt: skip
             return None
@@ -118,9 +130,11 @@ class SpooledReplays:
         offsets = info.source_offsets if info.source_offsets is not None else "unknown"
         return (
             f"pipeline {info.pipeline!r}, sink {sink!r}: batch {batch} of epoch {epoch} was "
-            "spooled for the sink from a replay (Spark ran it again after an attempt that "
-            f"may have written it to {target_text(self.specs[sink].sink)} and died before "
-            "the sink's ledger mark), and the sink cannot tell whether its target holds it, "
+            "spooled for the sink from a replay, or an earlier run's catch-up began writing "
+            "it (an attempt that may have written it to "
+            f"{target_text(self.specs[sink].sink)} died before the sink's ledger mark: Spark "
+            "ran the batch again after it, or the catch-up's process ended in it), and the "
+            "sink cannot tell whether its target holds it, "
             f"its own records of the epoch being gone: {reason}. Written from the spool, it "
             "could be there twice. Nothing of it is written: the sink stays behind "
             "(on_failure='lag'), its later batches waiting in the spool, and the other "

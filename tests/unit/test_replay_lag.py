@@ -116,9 +116,11 @@ def test_a_spooled_replay_the_sink_cannot_tell_it_holds_is_refused_naming_the_wa
     assert (refused.sink, refused.batch_id) == ("k", 1)
     assert str(refused) == (
         "sink 'k', batch 1: pipeline 'p', sink 'k': batch 1 of epoch 0 was spooled for the "
-        "sink from a replay (Spark ran it again after an attempt that may have written it to "
-        "path '/data/k' and died before the sink's ledger mark), and the sink cannot tell "
-        "whether its target holds it, its own records of the epoch being gone: no marker of "
+        "sink from a replay, or an earlier run's catch-up began writing it (an attempt that "
+        "may have written it to path '/data/k' died before the sink's ledger mark: Spark ran "
+        "the batch again after it, or the catch-up's process ended in it), and the sink "
+        "cannot tell whether its target holds it, its own records of the epoch being gone: "
+        "no marker of "
         "epoch 0 is left (password ***). Written from the spool, it could be there twice. "
         "Nothing of it is written: the sink stays behind (on_failure='lag'), its later "
         "batches waiting in the spool, and the other sinks go on. The batch's source "
@@ -164,10 +166,10 @@ def test_an_accepted_sink_gets_the_spooled_replay_with_a_warning(
     with caplog.at_level(logging.WARNING, logger="fanout"):
         assert _replays(k, accepted=["k"]).refusal("k", _spooled(tmp_path, True), 0) is None
     assert [r.getMessage() for r in caplog.records] == [
-        "pipeline p, sink k: batch 1 of epoch 0, spooled for the sink from a replay, is one "
-        "it cannot tell its target holds (no marker of epoch 0 is left); accepted "
-        "(accept_lost_targets): the catch-up writes it, a second time if the attempt before "
-        "the replay wrote it"
+        "pipeline p, sink k: batch 1 of epoch 0, spooled for the sink from a replay or begun "
+        "by an earlier run's catch-up, is one it cannot tell its target holds (no marker of "
+        "epoch 0 is left); accepted (accept_lost_targets): the catch-up writes it, a second "
+        "time if the attempt before wrote it"
     ]
     assert k.asked == [("holds", 0, 1), ("gone", 0, 0)]
 

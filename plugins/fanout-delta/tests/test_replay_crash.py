@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from deltacheck import ids
 
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.gaps import skip_batches
+from tests.cli_process import driver_process
 
 pytestmark = pytest.mark.integration
 
@@ -41,21 +41,8 @@ def _input(work: Path, files: range) -> None:
 
 
 def _driver(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The driver in a process group of its own (its kill takes its JVM with it; what is
-    left of the group once it ended is killed too)."""
-    process = subprocess.Popen(
-        [sys.executable, str(DRIVER), str(work), *args],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = process.communicate(timeout=120)
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    """The driver in a process group of its own (:func:`driver_process`)."""
+    return driver_process(str(DRIVER), str(work), *args)
 
 
 def _listed(work: Path, log: str) -> list[str]:

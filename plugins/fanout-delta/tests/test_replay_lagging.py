@@ -120,9 +120,10 @@ def _skip_as_printed(error: str) -> None:
 
 SPOOLED_REPLAY = (
     "SinkRecordsGoneError: sink 'silver', batch 1: pipeline 'replaylag', sink 'silver': batch "
-    "1 of epoch 0 was spooled for the sink from a replay (Spark ran it again after an attempt "
-    "that may have written it to path '{path}' and died before the sink's ledger mark), and "
-    "the sink cannot tell whether its target holds it, its own records of the epoch being "
+    "1 of epoch 0 was spooled for the sink from a replay, or an earlier run's catch-up began "
+    "writing it (an attempt that may have written it to path '{path}' died before the sink's "
+    "ledger mark: Spark ran the batch again after it, or the catch-up's process ended in it), "
+    "and the sink cannot tell whether its target holds it, its own records of the epoch being "
     "gone: the table's log keeps no app transaction 'fanout/replaylag/silver'"
 )
 
@@ -226,7 +227,7 @@ def test_an_accepted_sink_gets_the_spooled_replay_its_table_lacks(
     assert ids(tmp_path / "silver") == [0, 1, 2, 10, 11, 12]
     assert _marks(tmp_path, "silver", "gold") == {"silver": 1, "gold": 1}
     assert any(
-        "sink silver: batch 1 of epoch 0, spooled for the sink from a replay, is one it cannot "
-        "tell its target holds" in r.getMessage()
+        "sink silver: batch 1 of epoch 0, spooled for the sink from a replay or begun by an "
+        "earlier run's catch-up, is one it cannot tell its target holds" in r.getMessage()
         for r in caplog.records
     )
