@@ -85,6 +85,7 @@ from fanout.sink_spec import (
     check_write_timeout,
     split_core_options,
     write_timeout,
+    write_timeouts,
 )
 from fanout.spool.table import BatchKey
 from fanout.steps.admit import Admission
@@ -1104,7 +1105,7 @@ class FanOut:
         not_opened = self.lagging.not_opened()
         opened = {n: s for n, s in self.sinks.items() if n not in not_opened}
         spooled = None if self.spool is None else self.lagging.spooled_through
-        timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
+        timeouts = write_timeouts(self.specs, opened)
         unopened = {  # a sink type that cannot tell passes unasked, opened or not
             n: error for n, error in not_opened.items() if answers_holds_batch(self.sinks[n])
         }
@@ -1133,7 +1134,7 @@ class FanOut:
         """The ledger refused the epoch start :meth:`_refuse_unmarked` passed (the old
         epoch's query committed a batch after the report the start was made from): lift
         the fences it made, since that query still writes the replaced epoch."""
-        timeouts = {n: t for n in self.sinks if (t := write_timeout(self.specs[n])) is not None}
+        timeouts = write_timeouts(self.specs, self.sinks)
         lift_fences(info, self._fenced, timeouts, self.ledger)
         self._fenced = []
         self._targets_checked = False  # the start refused: the next batch asks them again
@@ -1162,7 +1163,7 @@ class FanOut:
         assert state.marks is not None
         unasked = self.lagging.unasked()  # a sink a reopen's check refused lags with that
         opened = {n: s for n, s in self.sinks.items() if n not in unasked}
-        timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
+        timeouts = write_timeouts(self.specs, opened)
         info = state.info
         spooled = self._spooled(info.epoch)
         refused = refuse_renamed(self.pipeline, info.epoch, info.batch_id, self.ledger,
@@ -1224,10 +1225,9 @@ class FanOut:
         # ledger row naming it may be this run's own failure row (written when it could not
         # be opened), which does not make its name one the ledger knew
         fresh = spooled is not None and first_id is not None and name not in spooled.batches
-        timeout = write_timeout(self.specs[name])
         refused = refuse_renamed(self.pipeline, epoch, batch, self.ledger, self.specs,
                                  {name: self.sinks[name]}, marks,
-                                 None if timeout is None else {name: timeout},
+                                 write_timeouts(self.specs, (name,)) or None,
                                  spooled, (name,) if fresh else ()).get(name)  # fmt: skip
         if refused is not None:
             log.error(
@@ -1280,7 +1280,7 @@ class FanOut:
         (:func:`fanout.steps.lost_target.earlier_marks`). ``query_id``: the run's query,
         whose refused start of ``epoch`` wrote lost marks of the epoch before it.
         ``reset``: ``epoch`` is a checkpoint reset's, not started yet."""
-        timeouts = {n: t for n in sinks if (t := write_timeout(self.specs[n])) is not None}
+        timeouts = write_timeouts(self.specs, sinks)
         lags = [n for n in sinks if self.specs[n].lag.lags]
         lost = refuse_lost_targets(
             self.pipeline, epoch, self.ledger, sinks, marks,
@@ -1403,7 +1403,7 @@ class FanOut:
             return admit
         unasked = self.lagging.unasked()
         opened = {n: s for n, s in self.sinks.items() if n not in unasked}
-        timeouts = {n: t for n in opened if (t := write_timeout(self.specs[n])) is not None}
+        timeouts = write_timeouts(self.specs, opened)
         check = ReplayCheck(
             self._runs,
             accepted=self._accept_lost,

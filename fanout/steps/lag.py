@@ -34,7 +34,7 @@ from fanout.errors import (
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.gaps import entry_weight, held_by_skip, is_skip
 from fanout.observe.secrets import masked_error, redact_printed
-from fanout.sink_spec import SinkSpec
+from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.settled import every_sink_holds, settled_on_record
 from fanout.spool.table import BatchKey, Spool, SpooledBatch
 from fanout.steps.context import read_file_directly
@@ -304,7 +304,7 @@ class Lagging:
         check that raises closes the sink again (a PostgreSQL sink's pool would leak, one
         per try)."""
         spec = self.specs[sink]
-        timeout = spec.lag.write_timeout_s if spec.lag.lags else None
+        timeout = write_timeout(spec)
         with self._lock:
             held = self._states.of(sink)
             if isinstance(held, Open):

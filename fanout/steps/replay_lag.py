@@ -32,7 +32,7 @@ from fanout.errors import SinkRecordsGoneError, shell_word
 from fanout.ledger.entry import Ledger
 from fanout.ledger.gaps import release_command, skip_command
 from fanout.observe.secrets import redact
-from fanout.sink_spec import SinkSpec, write_timeout
+from fanout.sink_spec import SinkSpec, write_timeouts
 from fanout.spool.table import SpooledBatch
 from fanout.steps.holds import answers_records_gone
 from fanout.steps.lost_target import target_text
@@ -90,9 +90,8 @@ class SpooledReplays:
             return None
         spec = self.specs[sink]
         info = replace(spooled.info(), replayed=True)
-        timeout = write_timeout(spec)
         state = BatchState(None, info, {sink: mark}, pending=[sink])
-        timeouts = {} if timeout is None else {sink: timeout}
+        timeouts = write_timeouts(self.specs, (sink,))
         gone = unproven_sinks(state, {sink: spec.sink}, timeouts, ledger=self.store)
         reason = gone.get(sink)
         if reason is None:
