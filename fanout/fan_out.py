@@ -1394,11 +1394,12 @@ class FanOut:
         holds it while its own records are gone (:mod:`fanout.steps.replay`); one with
         ``on_failure="lag"`` lags with the refusal instead (:meth:`Lagging.lose`: the
         hold-back takes it out of the batch, which is spooled for it). Returns whether
-        :meth:`_process` records the attempt admitted before its first write: when
-        :meth:`_refused_before_writing` answers ``True`` (then the batch passes) or ``None``
-        (a late ``refused`` row may still land; the batch is checked as any other)."""
+        :meth:`_process` records the attempt admitted before its first write: whenever it
+        is not certainly the batch's first (:meth:`_first_attempt`), whatever the rows
+        answered, so that a ``refused`` row of an earlier attempt landing late, from this
+        process or one still ending beside this one, is outranked by it."""
         unwritten = self._refused_before_writing(state.info)
-        admit = unwritten is not False
+        admit = not self._first_attempt(state.info)
         if not state.info.replayed:
             return admit
         unasked = self.lagging.unasked()
@@ -1447,9 +1448,8 @@ class FanOut:
         )
 
     def _admit_refused_replay(self, info: BatchInfo) -> None:
-        """Record that this attempt of a batch :meth:`_refused_before_writing` answered
-        ``True`` or ``None`` for goes on to write it
-        (:func:`fanout.ledger.refusals.record_admitted`), past every
+        """Record that this attempt of a batch, not certainly its first, goes on to write
+        it (:func:`fanout.ledger.refusals.record_admitted`), past every
         check that may still refuse it without writing: from here it may write, and if it is
         killed mid-write, the next replay must not pass behind the old refusal. Raises what
         the append raises (the batch must not write then)."""

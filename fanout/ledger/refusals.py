@@ -14,9 +14,10 @@ false. So such an attempt appends one row:
   fanout with no sink write begun, and it was the batch's first attempt (not a replay: a
   replay's earlier attempt may have written, and a row of it would let the next replay
   pass behind it);
-- ``admitted``: a replay that goes on to write a batch with such a row, appended before
-  its first write: from then on an attempt may have written, and the next replay is
-  judged as any other.
+- ``admitted``: an attempt not certainly the batch's first (a replay) that goes on to
+  write, appended before its first write, whether or not it read such a row (one may still
+  land late): from then on an attempt may have written, and the next replay is judged as
+  any other.
 
 :func:`refused_unwritten` reads them: the newest ``refused`` row of the batch has its
 planning time and no ``admitted`` row came after it. The rows' order is their ``attempt``
@@ -29,7 +30,7 @@ rows have sink :data:`NO_SINK` and carry no error, offsets or query id (nothing 
 No reader of marks, attempts or reports counts them (every reader filters its statuses;
 ``fanout status`` and :meth:`~fanout.ledger.delta.DeltaLedger.sink_names` leave out
 :data:`fanout.ledger.entry.OWN_ROWS`); the ledger's compaction keeps them like any row.
-Rows only on refusals and replays of refused batches: nothing on a batch's normal path.
+Rows only on refusals and replays: nothing on a batch's normal path.
 """
 
 from __future__ import annotations

@@ -526,8 +526,9 @@ class SinkConformance:
         a sink built from its configuration and not opened (a ``FanOut`` registers its
         sinks' secrets before it opens them, so what ``open()`` logs is masked; ``fanout
         validate`` and ``fanout recover --config`` before they open it, ``fanout status
-        --config`` without opening it): a list (or tuple) of non-empty strings, holding the
-        secret of ``failing_config``, and strings only for ``config``. Skipped for a case
+        --config`` without opening it): a list (or tuple) of strings (a blank one is
+        masked nowhere, allowed), holding the secret of ``failing_config``, and strings
+        only for ``config``. Skipped for a case
         without ``secret`` and for a sink that does not implement it (the check that the
         secret never appears tells it to)."""
         if under_test.secret is None or under_test.failing_config is None:
@@ -1018,8 +1019,8 @@ def _check_no_standing_problem(sink: Sink, tmp_path: Path, when: str) -> None:
 
 def _check_secret_values(sink: Sink, config: str, secret: str | None) -> None:
     """``sink``'s secret values (built from the case's ``config``, not opened) are a list of
-    non-empty strings holding ``secret`` (when given), else fail saying what to do; the
-    message never shows a value."""
+    strings holding ``secret`` (when given), else fail saying what to do; the message never
+    shows a value. A blank item passes: fanout masks none (an unset password as ``""``)."""
     values = sink.secret_values()
     asked = f"secret_values() of a sink built from {config} and not opened"
     if isinstance(values, str):
@@ -1027,10 +1028,10 @@ def _check_secret_values(sink: Sink, config: str, secret: str | None) -> None:
             f"{asked} returned a string ({len(values)} characters), not a list of them: "
             "fanout masks each item, here each character alone; return [value]"
         )
-    bad = [type(v).__name__ for v in values if not isinstance(v, str) or not v.strip()]
+    bad = [type(v).__name__ for v in values if not isinstance(v, str)]
     if bad:
         pytest.fail(
-            f"{asked} returned {len(bad)} value(s) that are not non-empty strings "
+            f"{asked} returned {len(bad)} value(s) that are not strings "
             f"({', '.join(bad)}): return each secret the options hold, as a string, and "
             "leave out those they do not set"
         )

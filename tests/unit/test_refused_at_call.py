@@ -37,7 +37,7 @@ from fanout.ledger.refusals import NO_SINK, REFUSED, refused_unwritten
 from fanout.testing import RecordingSink
 from fanout.testing.faults import MarkLost
 from tests.unit.fakes import FakeFrame
-from tests.unit.test_replay import LosesOneMark, Unsure
+from tests.unit.test_replay import GONE, LosesOneMark, Unsure
 
 
 class Frame(FakeFrame):
@@ -554,3 +554,43 @@ def test_a_late_refusal_row_on_a_delta_ledger_is_outranked_by_the_next_writing_a
         ("refused", 1, planned),
     ]
     assert refused_unwritten(reader, "orders", 0, 1, planned) is False
+
+
+def test_a_replay_that_writes_records_itself_admitted_though_it_read_no_refusal_row(
+    tmp_path: Path,
+) -> None:
+    """Batch 1's first attempt, in a process still ending (a Connect worker in its exit
+    grace), is refused before writing; its ``refused`` row's append is slow. Beside it,
+    the next process replays the batch, reads no row (not landed), writes the sink and
+    dies before its mark. It recorded ``admitted`` before writing, so the late row, read
+    before the other process gave up and numbered so, lands at or below it: the next
+    replay, the sink's records gone, is refused, not exempt. Written once."""
+    ledger = LosesOneMark("lake", 1)
+    ledger.mark_committed(LedgerEntry("orders", "lake", 0, "committed", rows=3))
+    lake = Unsure("lake", gone=None)  # its records there: the replay check lets it pass
+    planned = _planned(tmp_path / "cp", 1, _now_ms() - 60_000)  # planned before: a replay
+    first_read = ledger.refusal_rows("orders", 0, 1)  # the ending process's read: nothing
+    fan = _fan(tmp_path, ledger, lake)
+    with pytest.raises(BatchFailedError):
+        fan(Frame(), 1)  # no row read; written, its mark lost
+    fan.close()
+    assert lake.calls == [(1, 1)]
+    rows = [(r.status, r.attempt) for r in ledger.refusal_rows("orders", 0, 1)]
+    assert rows == [("admitted", 1)]
+    at = now_utc()
+    late = LedgerEntry(pipeline="orders", sink=NO_SINK, batch_id=1, status=REFUSED,
+                       attempt=max((r.attempt for r in first_read), default=0) + 1,
+                       started_at=at, finished_at=at, epoch=0,
+                       batch_timestamp_ms=planned)  # fmt: skip
+    ledger.record_refusal_row(late)  # the late row lands, numbered from its earlier read
+    assert [(r.status, r.attempt) for r in ledger.refusal_rows("orders", 0, 1)] == [
+        ("admitted", 1),
+        ("refused", 1),
+    ]
+    assert refused_unwritten(ledger, "orders", 0, 1, planned) is False
+    lake.gone = GONE  # the sink's records expire before the next replay
+    again = _fan(tmp_path, ledger, lake)
+    error = _raised_by(lambda: again(Frame(), 1))
+    again.close()
+    assert isinstance(error, SinkRecordsGoneError), error
+    assert lake.calls == [(1, 1)]  # not written a second time
