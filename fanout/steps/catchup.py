@@ -547,6 +547,7 @@ class CatchUp:
             self.lagging.failed(sink, outcome.error)
             return outcome.error if outcome.abort is None else outcome.abort
         self.lagging.committed(sink, key, caught_up=True)
+        self._noted.discard((sink, key))  # marked: never written again from here
         log.info(
             "pipeline %s, batch %s, sink %s: caught up (%s rows)",
             info.pipeline, info.batch_id, sink,

@@ -169,6 +169,10 @@ class KafkaSink(PartitionedSink):
     """How long after a renewal of the marker groups a batch renews them again
     (:mod:`fanout_kafka.renewal`); ``None``: half the brokers' ``offsets.retention.minutes``
     (:func:`fanout_kafka.renewal.renewal_interval_s`)."""
+    renewal_retry_s: ClassVar[float] = 60.0
+    """How long after a renewal that failed a batch tries it again (at most the renewal
+    interval): not every batch, as a renewal fences and commits every marked writer again
+    (a principal that lost WRITE on one id would otherwise cost that at every batch)."""
     options = OPTIONS
 
     def __init__(
@@ -231,8 +235,9 @@ class KafkaSink(PartitionedSink):
         # per scope, (monotonic time, span) of the partition span's last commit (open())
         self._spans: dict[str, tuple[float, int]] = {}
         # per scope, the monotonic time of this open()'s last complete renewal of its
-        # marker groups, and of its last warning of a renewal that failed
+        # marker groups, of its last renewal that failed, and of its last warning of one
         self._renewed: dict[str, float] = {}
+        self._renewal_failed: dict[str, float] = {}
         self._renewal_warned: dict[str, float] = {}
         self._offsets_retention: str | None = None  # the brokers' (open()), None: unknown
         # the names the pipeline configures, until the first write in a scope asked for a
@@ -263,6 +268,7 @@ class KafkaSink(PartitionedSink):
         self._topic_id_recorded = None
         self._spans = {}
         self._renewed = {}
+        self._renewal_failed = {}
         self._renewal_warned = {}
         self._offsets_retention = None
         self._prefix_unchecked = True
@@ -786,20 +792,31 @@ class KafkaSink(PartitionedSink):
         later batch once the last complete renewal is :attr:`marker_renewal_s` old (by
         default half the brokers' ``offsets.retention.minutes``, hourly when they do not
         report it): no request in the other batches. A renewal that failed (for some
-        writer, or reading the markers) is tried again at the next batch; its failures are
-        warned at most once per scope and interval (at debug level between)."""
+        writer, reading the markers, or raising) is tried again at the first batch
+        :attr:`renewal_retry_s` later; its failures are warned at most once per scope and
+        interval (at debug level between)."""
         interval = self._renewal_interval_s()
         scope = settings.scope
         last = self._renewed.get(scope)
         now = time.monotonic()  # before the commits: the retention counts from after it
         if last is not None and now - last < interval:
             return
+        failed = self._renewal_failed.get(scope)
+        if failed is not None and now - failed < min(self.renewal_retry_s, interval):
+            return
         warned = self._renewal_warned.get(scope)
         warn = warned is None or now - warned >= interval
-        if renew_markers(settings, span, batch_id, warn=warn).complete:
-            self._renewed[scope] = now
-        elif warn:
-            self._renewal_warned[scope] = now
+        complete = False
+        try:
+            complete = renew_markers(settings, span, batch_id, warn=warn).complete
+        finally:
+            if complete:
+                self._renewed[scope] = now
+                self._renewal_failed.pop(scope, None)
+            else:
+                self._renewal_failed[scope] = now
+                if warn:
+                    self._renewal_warned[scope] = now
 
     def _renewal_interval_s(self) -> float:
         """:attr:`marker_renewal_s`, else half the brokers' ``offsets.retention.minutes``;

@@ -30,6 +30,7 @@ from test_abandoned_transactions import PLAN, _batch, _commit, _sink
 
 from fanout import BatchInfo, FanOut
 from fanout.contract.sink import SinkContext
+from fanout.errors import TransientSinkError
 
 SUFFIXES = ("", ".plan", ".target")
 """The groups a partition's transaction commits without dead letters or a route."""
@@ -338,22 +339,23 @@ def test_the_renewal_interval_is_half_the_retention_the_brokers_report(
     assert asked == [("p", 0), ("p", 2), ("p@e1", 4), ("p", 6)]
 
 
-def test_a_renewal_that_failed_is_tried_at_the_next_batch_and_warned_once_per_interval(
+def test_a_renewal_that_failed_is_tried_a_minute_later_and_warned_once_per_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A renewal that failed for a writer, or could not read the markers, is not counted:
-    the next batch tries it again (up to this version not for half a retention, in which
-    the markers could expire). It warns at most once per scope and interval (half of 60
-    minutes here): ``warn`` is false for the tries in between. A complete renewal counts
-    from when it began, as before."""
+    a batch at least ``renewal_retry_s`` (60 s) later tries it again (up to this version not
+    for half a retention, in which the markers could expire; not at every batch either: a
+    renewal fences and commits every marked writer). It warns at most once per scope and
+    interval (half of 60 minutes here): ``warn`` is false for the tries in between. A
+    complete renewal counts from when it began, as before."""
     sink = KafkaSink("events", bootstrap_servers="b:1", topic="t")
     sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: "60"))
     clock = [0.0]
     monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     failed, unread, done = (renewal.Renewal(failed=("t-0",)), renewal.Renewal(unread=True),
                             renewal.Renewal(renewed={"g": 1}))  # fmt: skip
-    answers = {0: failed, 1: unread, 2: failed, 3: failed, 4: done, 6: failed, 7: done,
-               8: failed}  # fmt: skip
+    answers = {0: failed, 2: unread, 3: failed, 4: failed, 5: done, 7: failed, 9: done,
+               10: failed}  # fmt: skip
     asked: list[tuple[str, int, bool]] = []
 
     def renew(settings: Any, span: int, batch_id: int, *, warn: bool) -> renewal.Renewal:
@@ -361,22 +363,53 @@ def test_a_renewal_that_failed_is_tried_at_the_next_batch_and_warned_once_per_in
         return answers.get(batch_id, done)
 
     monkeypatch.setattr(sink_module, "renew_markers", renew)
-    for at, scope, batch_id in [(0, "p", 0), (10, "p", 1), (20, "p@e1", 2), (1799, "p", 3),
-                                (1800, "p", 4), (3599, "p", 5), (3600, "p", 6),
-                                (3610, "p", 7), (5410, "p", 8), (5420, "p", 9)]:  # fmt: skip
+    for at, scope, batch_id in [(0, "p", 0), (10, "p", 1), (60, "p", 2), (70, "p@e1", 3),
+                                (1799, "p", 4), (1860, "p", 5), (3659, "p", 6),
+                                (3660, "p", 7), (3670, "p", 8), (3720, "p", 9),
+                                (5520, "p", 10), (5580, "p", 11)]:  # fmt: skip
         clock[0] = float(at)
         sink._renew_markers(SimpleNamespace(scope=scope), 2, batch_id)  # type: ignore[arg-type]
     assert asked == [
         ("p", 0, True),  # failed: warned
-        ("p", 1, False),  # tried again, markers unread: not warned again
-        ("p@e1", 2, True),  # another scope warns on its own
-        ("p", 3, False),  # 1799 s after the warning: still not
-        ("p", 4, True),  # 1800 s: would warn again; complete (no warning), counted from 1800
-        ("p", 6, True),  # 3600: due; fails; warned (the last warning was at 0)
-        ("p", 7, False),  # tried again 10 s later: not warned; complete, counted from 3610
-        ("p", 8, True),  # 5410: due; fails; warned (1810 s after the last warning)
-        ("p", 9, False),  # tried again: not warned
+        # batch 1, 10 s after the failed try: not tried
+        ("p", 2, False),  # 60 s after: tried again, markers unread: not warned again
+        ("p@e1", 3, True),  # another scope warns on its own
+        ("p", 4, False),  # 1799 s after the warning: still not
+        ("p", 5, True),  # 1860 s: would warn again; complete (no warning), counted from 1860
+        # batch 6 at 3659: not due
+        ("p", 7, True),  # 3660: due; fails; warned (the last warning was at 0)
+        # batch 8, 10 s after the failed try: not tried
+        ("p", 9, False),  # 60 s after: tried, not warned; complete, counted from 3720
+        ("p", 10, True),  # 5520: due; fails; warned (1860 s after the last warning)
+        ("p", 11, False),  # tried again 60 s later: not warned
     ]
+
+
+def test_a_renewal_that_raises_is_tried_again_later_and_warned_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A renewal that raises (a transaction it left open that cannot be ended: the batch
+    fails) counts as failed: not tried again for ``renewal_retry_s``, not warned again."""
+    sink = KafkaSink("events", bootstrap_servers="b:1", topic="t")
+    sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: "60"))
+    clock = [0.0]
+    monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    asked: list[tuple[int, bool]] = []
+
+    def renew(settings: Any, span: int, batch_id: int, *, warn: bool) -> renewal.Renewal:
+        asked.append((batch_id, warn))
+        raise TransientSinkError("cannot end it", sink="events", batch_id=batch_id)
+
+    monkeypatch.setattr(sink_module, "renew_markers", renew)
+    clock[0] = 0.0
+    with pytest.raises(TransientSinkError):
+        sink._renew_markers(SimpleNamespace(scope="p"), 2, 0)  # type: ignore[arg-type]
+    clock[0] = 30.0
+    sink._renew_markers(SimpleNamespace(scope="p"), 2, 1)  # type: ignore[arg-type]
+    clock[0] = 60.0
+    with pytest.raises(TransientSinkError):
+        sink._renew_markers(SimpleNamespace(scope="p"), 2, 2)  # type: ignore[arg-type]
+    assert asked == [(0, True), (2, False)]  # batch 1 not tried; batch 2 not warned
 
 
 def test_a_renewal_the_brokers_refuse_is_tried_again_at_the_next_batch_on_the_broker(
@@ -397,6 +430,7 @@ def test_a_renewal_the_brokers_refuse_is_tried_again_at_the_next_batch_on_the_br
         _commit(earlier, pipeline, 0, 0)
     finally:
         earlier.close()
+    monkeypatch.setattr(KafkaSink, "renewal_retry_s", 0.0)  # each batch tries again
     sink = KafkaSink("events", bootstrap_servers=kafka.bootstrap, topic=topic, key="id",
                      value="v", partitions=2, producer={"sasl.password": SECRET})  # fmt: skip
     sink.open(SinkContext(pipeline))
