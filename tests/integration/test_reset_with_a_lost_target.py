@@ -236,6 +236,11 @@ def test_a_path_changed_on_purpose_at_a_reset_goes_on_under_a_new_name_as_printe
     assert _marks(tmp_path) == [(0, "bronze", 0), (1, "fresh", 0)]
 
 
+ADMITTED_1_0 = ("admitted", 1, "*", 0)
+"""Batch 0 of epoch 1 written by a replay (Spark runs the batch the refused reset left
+again): recorded admitted before its first write (docs/architecture.md §4)."""
+
+
 def _ledger_rows(tmp_path: Path) -> list[tuple[str, int, str, int]]:
     """Every ledger row: (status, epoch, sink, batch id)."""
     return sorted(
@@ -327,7 +332,7 @@ def test_a_reset_refused_for_a_dropped_table_starts_once_the_table_is_restored(
     epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(3)]
     epoch1 = [("committed", 1, s, b) for s in ("copy", "lake") for b in range(2)]
     assert _ledger_rows(tmp_path) == sorted(
-        [*epoch0, *epoch1, ("epoch", 0, "*", 0), ("epoch", 1, "*", 0)]
+        [*epoch0, *epoch1, ("epoch", 0, "*", 0), ("epoch", 1, "*", 0), ADMITTED_1_0]
     )
 
 
@@ -452,7 +457,9 @@ def test_a_reset_of_a_reset_refused_for_a_dropped_table_asks_about_the_epoch_bef
     before = _ledger_rows(tmp_path)
     epoch0 = [("committed", 0, s, b) for s in ("copy", "lake") for b in range(3)]
     epoch1 = [("committed", 1, s, b) for s in ("copy", "lake") for b in range(2)]
-    assert before == sorted([*epoch0, *epoch1, ("epoch", 0, "*", 0), ("epoch", 1, "*", 0)])
+    assert before == sorted(
+        [*epoch0, *epoch1, ("epoch", 0, "*", 0), ("epoch", 1, "*", 0), ADMITTED_1_0]
+    )
     version = DeltaTable(str(tmp_path / "lake")).version()
     with pytest.raises(StreamingQueryException) as refused:
         _run(spark, tmp_path, _fan(tmp_path, copy, on_checkpoint_reset="new_epoch"))
@@ -467,4 +474,6 @@ def test_a_reset_of_a_reset_refused_for_a_dropped_table_asks_about_the_epoch_bef
     for sink in ("lake", "copy"):
         assert id_counts(delta_rows(tmp_path / sink)) == {i: 1 for i in range(18)}, sink
     epoch2 = [("committed", 2, s, 0) for s in ("copy", "lake")]
-    assert _ledger_rows(tmp_path) == sorted([*before, *epoch2, ("epoch", 2, "*", 0)])
+    assert _ledger_rows(tmp_path) == sorted(
+        [*before, *epoch2, ("epoch", 2, "*", 0), ("admitted", 2, "*", 0)]
+    )
