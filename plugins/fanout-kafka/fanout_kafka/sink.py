@@ -813,8 +813,8 @@ class KafkaSink(PartitionedSink):
             if complete:
                 self._renewed[scope] = now
                 self._renewal_failed.pop(scope, None)
-            else:
-                self._renewal_failed[scope] = now
+            else:  # counted from its end: a try that waited out its timeout is not retried at once
+                self._renewal_failed[scope] = time.monotonic()
                 if warn:
                     self._renewal_warned[scope] = now
 

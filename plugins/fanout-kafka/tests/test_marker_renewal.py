@@ -477,3 +477,29 @@ def test_a_renewal_the_brokers_refuse_is_tried_again_at_the_next_batch_on_the_br
         ]  # fmt: skip
     finally:
         sink.close()
+
+
+def test_a_renewal_that_waited_out_its_timeout_is_retried_a_minute_after_it_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A renewal whose marker read waited out a 60 s timeout counts its retry delay from
+    its end: the batch right after it does not wait out another (a unit test without a
+    broker made seven 60 s waits in a row)."""
+    sink = KafkaSink("events", bootstrap_servers="b:1", topic="t")
+    sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: "60"))
+    clock = [0.0]
+    monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    asked: list[int] = []
+
+    def renew(settings: Any, span: int, batch_id: int, *, warn: bool) -> renewal.Renewal:
+        asked.append(batch_id)
+        clock[0] += 60.0  # the read's timeout
+        return renewal.Renewal(unread=True)
+
+    monkeypatch.setattr(sink_module, "renew_markers", renew)
+    for batch_id in range(3):  # each 1 s after the one before ended
+        clock[0] += 1.0
+        sink._renew_markers(SimpleNamespace(scope="p"), 2, batch_id)  # type: ignore[arg-type]
+    clock[0] += 60.0
+    sink._renew_markers(SimpleNamespace(scope="p"), 2, 3)  # type: ignore[arg-type]
+    assert asked == [0, 3]

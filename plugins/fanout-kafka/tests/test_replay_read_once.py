@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from fanout_kafka import KafkaSink, former_ids
+from fanout_kafka import KafkaSink, former_ids, renewal
 from fanout_kafka import sink as sink_module
 
 import fanout.partitioned.sink as kit
@@ -36,6 +36,8 @@ class Markers:
         # the prefix recorded is the one in use: nothing to fence, nothing recorded
         monkeypatch.setattr(former_ids, "recorded_prefix", self.prefix)
         monkeypatch.setattr(kit, "check_committed", self.check)
+        # no broker: the marker groups' renewal would wait out its timeout at each try
+        monkeypatch.setattr(sink_module, "renew_markers", self.renew)
 
     def span(self, config: Any, settings: Any, partitions: int, first: Any = None) -> int:
         self.spans.append(partitions)  # recorded once per open() and scope, not per read
@@ -44,6 +46,9 @@ class Markers:
     def prefix(self, settings: Any, timeout_s: float) -> str:
         self.prefixes.append(str(settings.transactional_id_prefix))
         return self.prefixes[-1]
+
+    def renew(self, settings: Any, span: int, batch_id: int, *, warn: bool) -> Any:
+        return renewal.Renewal(renewed={})
 
     def end(self, settings: Any, partitions: int, batch_id: int) -> None:
         self.calls.append(f"end {batch_id}")
