@@ -326,9 +326,15 @@ class Spool:
         """Record in the index, before its catch-up writes batch ``key`` to ``sink``, that
         an attempt of that write may have begun (:attr:`SpooledBatch.replayed` for the
         sink: a later run's catch-up asks the sink before writing it again,
-        :mod:`fanout.steps.replay_lag`). One index row appended (one commit), only when
-        the sink is not recorded so yet; returns the batch as the index now knows it.
-        Raises :class:`fanout.SpoolError`."""
+        :mod:`fanout.steps.replay_lag`). One read of the index and one row appended (one
+        commit), only when the sink is not recorded so yet; returns the batch as the index
+        now knows it. Nothing is appended when the index on disk no longer holds a row of
+        the batch for the sink: another process released it (``fanout ledger skip
+        --release-spooled``) since this instance read the index, and a row appended then
+        would spool the batch for the sink again, its mark past it, so that every later
+        start logged the release command; the batch is returned as this instance knows it,
+        and its write goes on as any catch-up write a skip overtakes (docs/architecture.md
+        §14.4). Raises :class:`fanout.SpoolError`."""
         with self._lock:
             batch = self._batches.get(key)
             if batch is None:
@@ -339,6 +345,15 @@ class Spool:
                 return batch
             noted = replace(batch, needed_by=frozenset([sink]), replayed=frozenset([sink]))
             try:
+                if not any(sink in row.needed_by for row in self._index_rows({key}).get(key, [])):
+                    log.info(
+                        "pipeline %s, batch %s, sink %s: not noted in the spool's index: "
+                        "another process released the batch for the sink meanwhile (a "
+                        "`fanout ledger skip --release-spooled`)",
+                        self.pipeline, key[1], sink,
+                        extra=batch_fields(self.pipeline, key[1], sink),
+                    )  # fmt: skip
+                    return batch
                 self._append_index(noted, [sink])
             except Exception as exc:
                 raise SpoolError(

@@ -94,6 +94,7 @@ from fanout.fan_out import FanOut
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 from fanout.observe.logs import RedactFilter, known_secrets, secrets_apart
+from fanout.observe.secrets import redact
 from fanout.testing.faults import KILL_EXIT_CODE, VetoOnce
 
 SCHEMA = "id BIGINT, v STRING"
@@ -567,6 +568,10 @@ class SinkConformance:
             fan.process(batch, self._info(1))
         except BatchFailedError:
             pass
+        except _PASSED_ON:
+            raise
+        except BaseException as exc:  # a sink's own BaseException goes through FanOut as is
+            _fail_fenced_write(exc, sink.secret_values())
         else:
             pytest.fail(
                 "batch 1 of epoch 0 was written after fence_earlier_epochs(pipeline, 1) "
@@ -1044,6 +1049,31 @@ def _check_secret_values(sink: Sink, config: str, secret: str | None) -> None:
             "a secret it learns in open() goes unmasked there: take it from the options "
             "the constructor stores"
         )
+
+
+_PASSED_ON = (
+    KeyboardInterrupt,
+    pytest.fail.Exception,
+    pytest.skip.Exception,
+    pytest.exit.Exception,
+)
+"""What the kit's checks let through as raised: an interrupt, pytest's own outcomes."""
+
+
+def _fail_fenced_write(exc: BaseException, secrets: Sequence[str]) -> None:
+    """Fail the lift check: the fenced write of batch 1 of epoch 0 raised ``exc`` out of
+    ``FanOut.process``, not :class:`fanout.BatchFailedError` (fanout did not mask it: the
+    sink's ``secrets`` are masked here)."""
+    raised = "" if isinstance(exc, Exception) else (
+        ", while a BaseException that is not an Exception goes up through fanout as raised "
+        "and ends the run, as KeyboardInterrupt does"
+    )  # fmt: skip
+    pytest.fail(
+        f"the write of batch 1 of epoch 0 after fence_earlier_epochs(pipeline, 1) returned "
+        f"made FanOut.process raise {redact(repr(exc), secrets)}, not BatchFailedError: "
+        "refuse a fenced write with an Exception (a fanout.SinkWriteError) from write() (or "
+        f"its tasks), which fanout reports as the sink's failure of the batch{raised}"
+    )
 
 
 def _check_no_lift(answer: bool | None, when: str) -> None:

@@ -7,7 +7,8 @@ a null key or a new column without naming the column, or drop a null key's row (
 it dead-lettered and never hand it to the dead-letter target, or not again on a replay),
 one
 calling a rewrite harmless that holds the rows twice, one naming a deterministic column
-the batch lacks, and an upsert by ``id`` doing both right."""
+the batch lacks, ones fencing an epoch wrong (one refusing the fenced write with a
+BaseException), and an upsert by ``id`` doing both right."""
 
 from __future__ import annotations
 
@@ -484,6 +485,21 @@ class FenceLeavesOpen(FencedByFile):
         return None
 
 
+class FencedEpoch(BaseException):
+    """A fence's refusal derived from BaseException, not Exception (so that no ``except
+    Exception`` in the sink swallows it): the mistake."""
+
+
+class FenceRaisesBaseException(FencedByFile):
+    """Refuses a fenced write with :class:`FencedEpoch`: fanout lets it go up as raised,
+    no BatchFailedError."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        if self.fence_file(batch.info.epoch).exists():
+            raise FencedEpoch(f"epoch {batch.info.epoch} is fenced")
+        return super().write(batch)
+
+
 def read_rows(directory: Path) -> list[dict[str, Any]]:
     """Every row of every file of ``directory``."""
     return [
@@ -520,4 +536,5 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
             "secret_learnt_at_open": SecretLearntAtOpen, "secret_as_text": SecretAsText,
             "fenced_by_file": FencedByFile, "lift_says_lifted": LiftSaysLifted,
             "lift_leaves_fence": LiftLeavesFence,
-            "fence_leaves_open": FenceLeavesOpen}  # fmt: skip
+            "fence_leaves_open": FenceLeavesOpen,
+            "fence_raises_base_exception": FenceRaisesBaseException}  # fmt: skip

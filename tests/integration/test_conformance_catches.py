@@ -389,6 +389,19 @@ CATCHES = {
         "write() (or in its tasks) by a fence the sink keeps with its records",
         raises=pytest.fail.Exception,
     ),
+    # ... and one refusing the fenced write with a BaseException (fanout lets it go up as
+    # raised, no BatchFailedError) crashed the check with it, not saying what to do
+    "a_fenced_write_refused_with_a_base_exception_is_told_to_raise_an_exception": Catch(
+        "fence_raises_base_exception",
+        SinkConformance.test_lift_epoch_fence_opens_the_fenced_epoch_again,
+        "the write of batch 1 of epoch 0 after fence_earlier_epochs(pipeline, 1) returned "
+        "made FanOut.process raise FencedEpoch('epoch 0 is fenced'), not BatchFailedError: "
+        "refuse a fenced write with an Exception (a fanout.SinkWriteError) from write() (or "
+        "its tasks), which fanout reports as the sink's failure of the batch, while a "
+        "BaseException that is not an Exception goes up through fanout as raised and ends "
+        "the run, as KeyboardInterrupt does",
+        raises=pytest.fail.Exception,
+    ),
     # a dead_letter for a type without that option was a bare "unexpected keyword argument"
     # from building the sink, not saying that the kit's case asked for it
     "a_dead_letter_for_a_type_without_the_option_is_told_to_declare_it": Catch(

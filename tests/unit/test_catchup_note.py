@@ -16,6 +16,7 @@ import pytest
 
 from fanout import BatchInfo, FanOut, SinkRecordsGoneError, SinkWriteError, SpoolError
 from fanout.ledger.entry import LedgerEntry, now_utc
+from fanout.ledger.gaps import skip_batches
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.spool.table import Spool
@@ -171,6 +172,52 @@ def test_a_spooled_note_is_kept_once_across_instances(tmp_path: Path) -> None:
     assert _index(tmp_path) == [(1, "a", False), (1, "a", True), (1, "b", False)]
     with pytest.raises(SpoolError, match=r"batch 2 \(epoch 0\) is not spooled"):
         spool.note_replayed((0, 2), "a")
+
+
+def test_a_note_after_a_skip_released_the_batch_appends_no_row(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``fanout ledger skip --release-spooled`` (another process: another Spool instance)
+    releases batch 1 for ``k`` between the catch-up's read of it and its note: the note
+    appended ``k``'s row again, its mark past the batch, so the index kept it and every
+    start logged the release command. The note reads the index first and appends nothing;
+    the write, failing (the files vacuumed), is dropped as the skip's."""
+    ledger = _ledger()
+    k = Unsure("k", always_fail=SinkWriteError("down", sink="k"))
+    fan = _fan(tmp_path, ledger, k)
+    try:
+        assert list(fan.process(FRAME, _info(1))) == ["good"]
+        assert _kept(fan) == [(1, ["k"], [])]
+        k.always_fail = None
+        read = fan.catchup._read
+
+        def read_then_skip(sink: str, key: Any) -> Any:
+            got = read(sink, key)
+            other = Spool(str(tmp_path / "spool"), "p")
+            other.open()
+            skipped = skip_batches(ledger, "p", "k", 1, spool=other, release_spooled=True)
+            assert skipped.released == (1,)
+            k.always_fail = SinkWriteError("its files are gone", sink="k")  # vacuumed
+            return got
+
+        fan.catchup._read = read_then_skip  # type: ignore[method-assign]
+        with caplog.at_level("INFO", logger="fanout"):
+            assert fan.catchup.drain("k", until=lambda: False) is None  # dropped, as skipped
+        assert _index(tmp_path) == []  # released, and no note appended after it
+        assert k.calls == [(1, 1), (1, 1)]  # live, then the catch-up's (the files gone)
+        noted = [r.getMessage() for r in caplog.records if "not noted" in r.getMessage()]
+        assert noted == [
+            "pipeline p, batch 1, sink k: not noted in the spool's index: another process "
+            "released the batch for the sink meanwhile (a `fanout ledger skip "
+            "--release-spooled`)"
+        ]
+    finally:
+        fan.close()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fanout"):
+        _fan(tmp_path, ledger, Unsure("k")).close()  # the next start: nothing kept for k
+    assert [r.getMessage() for r in caplog.records if "spool" in r.getMessage()] == []
+    assert ledger.last_committed("p", ["k", "good"], 0) == {"k": 1, "good": 1}
 
 
 # -- which sinks a doubted replay is recorded for ----------------------------------------

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -105,6 +106,43 @@ def retention_minutes(value: str | int | None) -> float | None:
     except ValueError:
         return None
     return minutes if 0 < minutes < math.inf else None  # also NaN
+
+
+_UNUSABLE_SAID: set[tuple[str, str | None]] = set()
+"""The (bootstrap servers, value) pairs :func:`say_unusable_retention` warned of."""
+_UNUSABLE_SAID_LOCK = threading.Lock()
+
+
+def say_unusable_retention(sink: str, bootstrap_servers: str, value: str | None) -> None:
+    """Log that the brokers at ``bootstrap_servers`` do not report
+    ``offsets.retention.minutes`` (``value`` ``None``: ``describe_configs`` refused or not
+    answered) or report an unusable value (no positive number of minutes), and what fanout
+    assumes instead: a warning the first time in the process for those brokers and that
+    value, info after. Managed Kafka often refuses ``describe_configs`` on the broker
+    resource for good, and a query restarted in a loop, or several sinks on the same
+    brokers, open again and again: the same warning at every ``open()`` drowned the log."""
+    with _UNUSABLE_SAID_LOCK:
+        first = (bootstrap_servers, value) not in _UNUSABLE_SAID
+        _UNUSABLE_SAID.add((bootstrap_servers, value))
+    if value is None:
+        said = (
+            "the brokers do not report offsets.retention.minutes (describe_configs refused or "
+            "not answered: grant the sink's principal DESCRIBE_CONFIGS on the cluster so it "
+            "can read it)"
+        )
+    else:
+        said = (
+            f"the brokers report an unusable value of offsets.retention.minutes, {value!r} "
+            "(not a positive number of minutes: check the setting on the brokers)"
+        )
+    log.log(
+        logging.WARNING if first else logging.INFO,
+        "sink %r: %s; fanout assumes Kafka's default, %d minutes (7 days), as the window to "
+        "restart a query that failed in the middle of a batch before the partitions it had "
+        "committed are written again, and renews the partition markers every %d minutes "
+        "while batches run: a shorter retention on the brokers shortens that window",
+        sink, said, KAFKA_OFFSETS_RETENTION_MINUTES, UNREPORTED_RENEWAL_S // 60,
+    )  # fmt: skip
 
 
 def renewal_interval_s(
@@ -311,5 +349,6 @@ __all__ = [
     "renew_markers",
     "renewal_interval_s",
     "retention_minutes",
+    "say_unusable_retention",
     "writers",
 ]

@@ -73,6 +73,7 @@ from fanout_kafka.renewal import (
     renew_markers,
     renewal_interval_s,
     retention_minutes,
+    say_unusable_retention,
 )
 from fanout_kafka.reruns import new_attempt
 from fanout_kafka.rivals import speculation_of
@@ -1349,10 +1350,12 @@ class KafkaSink(PartitionedSink):
         ``offsets.retention.minutes``: a query restarted later than that after a crash in
         the middle of a batch writes that batch's committed partitions again. Say how long
         the window is (a warning when it is under a week). Brokers that do not report it
-        (``describe_configs`` refused or unanswered) are warned of once per ``open()``,
-        naming what fanout assumes (Kafka's default, perhaps longer than theirs) and that it
-        renews the markers hourly instead; Tansu, which reports none and keeps offsets
-        for ever, only at info level."""
+        (``describe_configs`` refused or unanswered), or report an unusable value, are
+        warned of once per process, brokers and value, at info level after
+        (:func:`fanout_kafka.renewal.say_unusable_retention`), naming what fanout assumes
+        (Kafka's default, perhaps longer than theirs) and that it renews the markers
+        hourly instead; Tansu, which reports none and keeps offsets for ever, only at info
+        level."""
         value = self._offsets_retention = cluster.broker_config("offsets.retention.minutes")
         minutes = retention_minutes(value)
         if minutes is None:
@@ -1363,16 +1366,7 @@ class KafkaSink(PartitionedSink):
                     "its storage keeps them", self.name,
                 )  # fmt: skip
                 return
-            log.warning(
-                "sink %r: the brokers do not report offsets.retention.minutes (describe_configs "
-                "refused or not answered: grant the sink's principal DESCRIBE_CONFIGS on the "
-                "cluster so it can read it); fanout assumes Kafka's default, %d minutes (7 "
-                "days), as the window to restart a query that failed in the middle of a batch "
-                "before the partitions it had committed are written again, and renews the "
-                "partition markers every %d minutes while batches run: a shorter retention on "
-                "the brokers shortens that window",
-                self.name, KAFKA_OFFSETS_RETENTION_MINUTES, UNREPORTED_RENEWAL_S // 60,
-            )  # fmt: skip
+            say_unusable_retention(self.name, str(self.bootstrap_servers), value)
             return
         level = logging.WARNING if minutes < MARKER_RETENTION_WARN_MINUTES else logging.INFO
         log.log(

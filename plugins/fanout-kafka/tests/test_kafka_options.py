@@ -214,14 +214,33 @@ class RetentionCluster:
         return self.minutes
 
 
+ASSUMED = (
+    "; fanout assumes Kafka's default, 10080 minutes (7 days), as the window to restart a "
+    "query that failed in the middle of a batch before the partitions it had committed are "
+    "written again, and renews the partition markers every 60 minutes while batches run: a "
+    "shorter retention on the brokers shortens that window"
+)
 UNREPORTED = (
     "sink 'events': the brokers do not report offsets.retention.minutes (describe_configs "
     "refused or not answered: grant the sink's principal DESCRIBE_CONFIGS on the cluster so "
-    "it can read it); fanout assumes Kafka's default, 10080 minutes (7 days), as the window "
-    "to restart a query that failed in the middle of a batch before the partitions it had "
-    "committed are written again, and renews the partition markers every 60 minutes while "
-    "batches run: a shorter retention on the brokers shortens that window"
+    "it can read it)" + ASSUMED
 )
+
+
+def unusable(value: str) -> str:
+    """What ``open()`` says of brokers reporting ``value``, no positive number."""
+    return (
+        f"sink 'events': the brokers report an unusable value of offsets.retention.minutes, "
+        f"{value!r} (not a positive number of minutes: check the setting on the brokers)" + ASSUMED
+    )
+
+
+@pytest.fixture
+def nothing_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No unusable retention warned of yet in this process (each warned once)."""
+    from fanout_kafka import renewal
+
+    monkeypatch.setattr(renewal, "_UNUSABLE_SAID", set())
 
 
 @pytest.mark.parametrize(
@@ -231,16 +250,21 @@ UNREPORTED = (
         ("20160", False, "INFO", "forgets partition markers 20160 minute(s) (14.0 days)"),
         ("20160.0", False, "INFO", "forgets partition markers 20160 minute(s) (14.0 days)"),
         (None, False, "WARNING", UNREPORTED),
-        ("x", False, "WARNING", UNREPORTED),
+        ("x", False, "WARNING", unusable("x")),
+        ("0", False, "WARNING", unusable("0")),
+        ("-5", False, "WARNING", unusable("-5")),
+        ("abc", False, "WARNING", unusable("abc")),
         (None, True, "INFO", "the broker (Tansu) does not report offsets.retention.minutes"),
     ],
 )
+@pytest.mark.usefixtures("nothing_said")
 def test_open_says_how_long_markers_last(
     caplog: pytest.LogCaptureFixture, minutes: str | None, tansu: bool, level: str, text: str
 ) -> None:
     """A retention the brokers do not report (``describe_configs`` refused, or no value)
-    is warned of, naming the setting, the 7 days assumed and the hourly renewal; on Tansu
-    (which reports none and expires no offset) it is only said."""
+    is warned of, naming the setting, the 7 days assumed and the hourly renewal; one they
+    report that is no positive number of minutes, as an unusable value (it was said "not
+    reported"); on Tansu (which reports none and expires no offset) it is only said."""
     from fanout_kafka import KafkaSink
 
     sink = KafkaSink("events", bootstrap_servers="127.0.0.1:1", topic="t")
@@ -250,6 +274,33 @@ def test_open_says_how_long_markers_last(
     (record,) = [r for r in caplog.records if "sink 'events'" in r.getMessage()]
     assert record.levelname == level
     assert text in record.getMessage()
+
+
+@pytest.mark.usefixtures("nothing_said")
+def test_an_unusable_retention_is_warned_of_once_per_process_brokers_and_value(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Managed Kafka often refuses ``describe_configs`` for good, and a query restarted in
+    a loop opens its sinks again and again: the warning came at every ``open()``. Now once
+    per process, brokers and value, at info level after; other brokers, or another value
+    from the same brokers, are warned of once too."""
+    from fanout_kafka import KafkaSink
+
+    def said(bootstrap: str, minutes: str | None) -> tuple[str, str]:
+        caplog.clear()
+        sink = KafkaSink("events", bootstrap_servers=bootstrap, topic="t")
+        with caplog.at_level("INFO", logger="fanout_kafka"):
+            sink._warn_marker_retention(RetentionCluster(minutes))
+        (record,) = caplog.records
+        return record.levelname, record.getMessage()
+
+    assert said("a:1", None) == ("WARNING", UNREPORTED)
+    assert said("a:1", None) == ("INFO", UNREPORTED)  # open() again: a restart loop
+    assert said("a:1", None) == ("INFO", UNREPORTED)
+    assert said("b:1,c:1", None) == ("WARNING", UNREPORTED)  # other brokers
+    assert said("a:1", "0") == ("WARNING", unusable("0"))  # another answer
+    assert said("a:1", "0") == ("INFO", unusable("0"))
+    assert said("b:1,c:1", None) == ("INFO", UNREPORTED)
 
 
 class _Schema:

@@ -194,7 +194,10 @@ def test_validate_leaves_no_consumer_group_nor_record(kafka: Broker, topic: str)
     """The sink opened as ``fanout validate`` opens it, with a ledger mark to check its
     marker groups by: it describes a marker group (the principal's rights on it) and reads
     the marker groups' offsets, which create no group; its producer ``<prefix>#validate``
-    begins no transaction, so no record is written anywhere. What stays on the broker is
+    begins no transaction, so no record is written anywhere: not in the target topic, and
+    the marker topic, missing, is not created (``context.would`` names it: a run creates
+    it), so it holds none either (nor the prefix record a run's first batch writes there,
+    :mod:`fanout_kafka.former_ids`). What stays on the broker is
     that transactional id, in state Empty, until the coordinator expires it
     (``transactional.id.expiration.ms``): no Kafka request deletes a transactional id
     (:mod:`fanout_kafka.readiness`), and a later validate reuses the same one."""
@@ -211,3 +214,10 @@ def test_validate_leaves_no_consumer_group_nor_record(kafka: Broker, topic: str)
     ]
     assert _groups_of(kafka.bootstrap, word) == []
     assert committed_values(kafka.bootstrap, topic) == []
+    markers = f"{topic}-markers"
+    assert context.changes == [
+        f"create topic {markers!r} (option 'marker_topic') with 1 partition(s)"
+    ]
+    with AdminClient({"bootstrap.servers": kafka.bootstrap}) as admin:
+        listed = admin.list_topics(timeout=30).topics  # all: naming one may create it
+    assert (topic in listed, markers in listed) == (True, False)
