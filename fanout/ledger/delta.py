@@ -46,6 +46,7 @@ from fanout.errors import (
     LedgerError,
     ZombieBatchError,
 )
+from fanout.ledger.begun import BEGUN
 from fanout.ledger.entry import (
     MARK_HOLD,
     OWN_ROWS,
@@ -66,7 +67,6 @@ from fanout.ledger.entry import (
     replaced_app_id,
     skip_app_id,
 )
-from fanout.ledger.begun import BEGUN
 from fanout.ledger.gaps import is_skip, written_beside_skip
 from fanout.ledger.recovery import (
     RECOVERY,

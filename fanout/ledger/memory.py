@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from fanout.contract.batch import pipeline_scope
 from fanout.errors import CheckpointResetError
+from fanout.ledger.begun import BEGUN
 from fanout.ledger.entry import (
     LedgerEntry,
     LedgerView,
@@ -16,7 +17,6 @@ from fanout.ledger.entry import (
     epoch_taken_message,
     replaces_lost,
 )
-from fanout.ledger.begun import BEGUN
 from fanout.ledger.gaps import is_skip, written_beside_skip
 from fanout.ledger.refusals import ADMITTED, REFUSED
 from fanout.ledger.target_records import TargetRecord, since_code, target_digest

@@ -5,9 +5,10 @@ whether its table holds the batch. Before, it appended the batch a second time; 
 catch-up notes in the spool's index that it is about to write the batch, so the next run
 asks the sink first and refuses it, naming the skip that releases it (run as printed,
 through the real CLI). The same for a batch a sink added later backfills from another
-sink's table (in no spool: its note is a ledger row, fanout.ledger.begun). And a doubted replay is recorded in the spool only for the lag sinks
-its earlier attempt could have written: a sink already behind it gets it from its catch-up
-without a question (it was refused needlessly once its records expired). Real Spark, Delta
+sink's table (in no spool: its note is a ledger row, fanout.ledger.begun). And a doubted
+replay is recorded in the spool only for the lag sinks its earlier attempt could have
+written: a sink already behind it gets it from its catch-up without a question (it was
+refused needlessly once its records expired). Real Spark, Delta
 sinks, ledger and spool; the killed catch-up runs in a driver subprocess
 (catchup_driver.py) SIGKILLed with its JVM."""
 
