@@ -518,13 +518,7 @@ class CatchUp:
         except Exception as exc:
             if self._moved_past(sink, key):
                 return None
-            self.lagging.failed(sink, exc)
-            log.error(
-                "pipeline %s, batch %s, sink %s: cannot read the batch to catch up: %s",
-                self.lagging.pipeline, key[1], sink, exc,
-                extra=batch_fields(self.lagging.pipeline, key[1], sink),
-            )  # fmt: skip
-            return exc
+            return self._not_caught_up(sink, key, exc, "cannot read the batch to catch up")
         unnoted = self._note_write(sink, key, info)
         if unnoted is not None:
             return unnoted
@@ -599,7 +593,7 @@ class CatchUp:
         try:
             spool.note_replayed(key, sink)
         except Exception as exc:
-            return self._not_noted(sink, key, exc)
+            return self._not_caught_up(sink, key, exc)
         self._noted.add((sink, key))
         return None
 
@@ -626,7 +620,7 @@ class CatchUp:
             if not noted:
                 record_begun(self.lagging.ledger, pipeline, sink, epoch, batch_id)
         except Exception as exc:
-            return self._not_noted(sink, key, exc)
+            return self._not_caught_up(sink, key, exc)
         if not noted:
             self._noted.add((sink, key))
             return None
@@ -636,13 +630,15 @@ class CatchUp:
             self._record_lost(sink, key, refused, info)
         return refused
 
-    def _not_noted(self, sink: str, key: BatchKey, exc: Exception) -> Exception:
-        """``sink``'s catch-up of batch ``key`` failed at its note (``exc``): recorded and
-        logged, returned."""
+    def _not_caught_up(
+        self, sink: str, key: BatchKey, exc: Exception, what: str = "not caught up"
+    ) -> Exception:
+        """``sink``'s catch-up of batch ``key`` failed before its write began (``exc``: its
+        read, its note): recorded and logged (``what`` heads the line), returned."""
         self.lagging.failed(sink, exc)
         log.error(
-            "pipeline %s, batch %s, sink %s: not caught up: %s",
-            self.lagging.pipeline, key[1], sink, exc,
+            "pipeline %s, batch %s, sink %s: %s: %s",
+            self.lagging.pipeline, key[1], sink, what, exc,
             extra=batch_fields(self.lagging.pipeline, key[1], sink),
         )  # fmt: skip
         return exc

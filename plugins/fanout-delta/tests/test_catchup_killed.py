@@ -89,6 +89,23 @@ def _driver(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return driver_process(str(DRIVER), str(work), *args, timeout_s=180)
 
 
+def _restart_refused(
+    work: Path, *, backfill: bool = False
+) -> tuple[list[tuple[int, list[str], list[str]]], str]:
+    """The restart's final catch-up, refused batch 1 of silver: what the spool held for it
+    first, and silver's error; silver's table still holds batch 1 once."""
+    restart = fan_out(work, backfill=backfill)
+    try:
+        spooled = _spooled(restart)
+        with pytest.raises(SinksBehindError):
+            restart.final_catch_up()  # asked: refused, not written again
+        error = restart.lagging.lags()["silver"].error or ""
+    finally:
+        restart.close()
+    assert ids(work / "silver") == [0, 1, 2, 10, 11, 12]  # batch 1 once
+    return spooled, error
+
+
 REFUSED = (
     "SinkRecordsGoneError: sink 'silver', batch 1: pipeline 'catchupkill', sink 'silver': "
     "batch 1 of epoch 0 was spooled for the sink from a replay, or an earlier run's catch-up "
@@ -123,15 +140,8 @@ def test_a_catch_up_write_killed_before_its_mark_is_asked_about_by_the_next_run(
     assert _ledger(work).last_committed(PIPELINE, ["silver", "gold"]) == {"silver": 0, "gold": 1}
     time.sleep(3)  # the table forgets the app transactions 2 s after their commit
 
-    restart = fan_out(work)
-    try:
-        assert _spooled(restart) == [(1, ["silver"], ["silver"])]  # the killed run's note
-        with pytest.raises(SinksBehindError):
-            restart.final_catch_up()  # asked: refused, not written again
-        error = restart.lagging.lags()["silver"].error or ""
-    finally:
-        restart.close()
-    assert ids(work / "silver") == [0, 1, 2, 10, 11, 12]  # batch 1 once
+    spooled, error = _restart_refused(work)
+    assert spooled == [(1, ["silver"], ["silver"])]  # the killed run's note
     assert error.startswith(REFUSED.format(path=work / "silver")), error
     assert _failed(work) == [("silver", 1, "SinkRecordsGoneError"), ("silver", 1, "SinkWriteError")]
 
@@ -187,15 +197,8 @@ def test_a_backfilled_catch_up_write_killed_before_its_mark_is_asked_about_by_th
     assert _begun(work) == [("silver", 0), ("silver", 1)]  # noted before each write began
     time.sleep(3)  # the table forgets the app transactions 2 s after their commit
 
-    restart = fan_out(work, backfill=True)
-    try:
-        assert _spooled(restart) == []  # a backfilled batch: in no spool
-        with pytest.raises(SinksBehindError):
-            restart.final_catch_up()  # asked: refused, not written again
-        error = restart.lagging.lags()["silver"].error or ""
-    finally:
-        restart.close()
-    assert ids(work / "silver") == [0, 1, 2, 10, 11, 12]  # batch 1 once
+    spooled, error = _restart_refused(work, backfill=True)
+    assert spooled == []  # a backfilled batch: in no spool
     assert error.startswith(BACKFILL_REFUSED.format(path=work / "silver")), error
     assert _failed(work) == [("silver", 1, "SinkRecordsGoneError")]
     assert _begun(work) == [("silver", 0), ("silver", 1)]  # asked: no second note
