@@ -207,6 +207,7 @@ def test_a_backfilled_catch_up_write_killed_before_its_mark_is_asked_about_by_th
     assert args[-6:] == ["--sink", "silver", "--through", "1", "--epoch", "0"], args
     done = fanout_process(*args)
     assert done.returncode == 0, done.stderr
+    assert "sink 'silver', epoch 0: batches 1-1 recorded as skipped" in done.stdout, done.stdout
     last = fan_out(work, backfill=True)
     try:
         last.final_catch_up()  # the backfill goes on: batch 2
