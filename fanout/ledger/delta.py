@@ -46,6 +46,7 @@ from fanout.errors import (
     LedgerError,
     ZombieBatchError,
 )
+from fanout.ledger.begun import BEGUN
 from fanout.ledger.entry import (
     MARK_HOLD,
     OWN_ROWS,
@@ -544,6 +545,27 @@ class DeltaLedger:
         filters: list[Filter] = [("pipeline", "=", pipeline), ("batch_id", "=", batch_id)]
         rows = entries_from_arrow(read_arrow(table, filters=filters))
         return [e for e in rows if e.status in (REFUSED, ADMITTED) and e.epoch == epoch]
+
+    # -- catch-up writes of backfilled batches begun (fanout.ledger.begun) ---------------
+
+    def record_begun(self, entry: LedgerEntry) -> None:
+        """Append a ``begun`` row (no transaction), again on the fresh snapshot when
+        delta-rs refuses it (as :meth:`record_failure`)."""
+        if entry.status != BEGUN:
+            raise ValueError("record_begun takes a begun entry")
+        self._append_row(entry)
+
+    def begun(self, pipeline: str, sink: str, epoch: int, batch_id: int) -> bool:
+        """Whether a ``begun`` row of the batch and sink is there: a read filtered by
+        pipeline, sink, batch and status (file statistics skip most files)."""
+        with self._lock:
+            table = self._fresh()
+        filters: list[Filter] = [
+            ("pipeline", "=", pipeline), ("sink", "=", sink), ("batch_id", "=", batch_id),
+            ("status", "=", BEGUN),
+        ]  # fmt: skip
+        rows = read_arrow(table, filters=filters).to_pylist()
+        return any((row.get("epoch") or 0) == epoch for row in rows)  # older rows: epoch 0
 
     def _late_mark(
         self, table: DeltaTable, entry: LedgerEntry, version: Callable[[str], int | None]

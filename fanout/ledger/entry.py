@@ -18,15 +18,20 @@ from fanout.version import __version__
 if TYPE_CHECKING:
     import pyarrow as pa
 
-Status = Literal["committed", "failed", "epoch", "recovery", "dead_letter", "refused", "admitted"]
+Status = Literal[
+    "committed", "failed", "epoch", "recovery", "dead_letter", "refused", "admitted", "begun"
+]
 """A row's status: a sink's mark (``committed``) or failed attempt (``failed``), or one of
 the ledger's own rows (:data:`OWN_ROWS`)."""
 
-OWN_ROWS: tuple[Status, ...] = ("epoch", "recovery", "dead_letter", "refused", "admitted")
+OWN_ROWS: tuple[Status, ...] = (
+    "epoch", "recovery", "dead_letter", "refused", "admitted", "begun"
+)  # fmt: skip
 """The statuses of the ledger's own rows, of no sink's progress: an epoch's start or claim,
 a ``fanout recover`` report (:mod:`fanout.ledger.recovery`), a sink's dead-letter target
 (:mod:`fanout.ledger.target_records`), a batch refused before any write and a replay of it
-admitted (:mod:`fanout.ledger.refusals`). ``fanout status`` and the sinks' names leave them
+admitted (:mod:`fanout.ledger.refusals`), a catch-up write of a backfilled batch that may
+have begun (:mod:`fanout.ledger.begun`). ``fanout status`` and the sinks' names leave them
 out; each other reader reads the statuses it wants."""
 
 
@@ -339,6 +344,17 @@ class Ledger(Protocol):
         """The ``refused`` and ``admitted`` rows of one batch of one epoch
         (:mod:`fanout.ledger.refusals`, which alone reads them): a read of the batch's
         rows, only on a refusal and on a replay asking about one."""
+
+    def record_begun(self, entry: LedgerEntry) -> None:
+        """Append ``entry``, a ``begun`` row (no transaction; anything else:
+        ``ValueError``): a catch-up write of a backfilled batch to its sink may begin
+        (:mod:`fanout.ledger.begun`, which alone writes them). Once per such batch and
+        sink, before its first write; never on the live path."""
+
+    def begun(self, pipeline: str, sink: str, epoch: int, batch_id: int) -> bool:
+        """Whether a ``begun`` row records that a catch-up write of batch ``batch_id`` of
+        ``epoch`` to ``sink`` may have begun (:mod:`fanout.ledger.begun`, which alone reads
+        them): a filtered read, once per backfilled batch a catch-up writes."""
 
 
 class MarkHold(Protocol):

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from fanout.contract.batch import pipeline_scope
 from fanout.errors import CheckpointResetError
+from fanout.ledger.begun import BEGUN
 from fanout.ledger.entry import (
     LedgerEntry,
     LedgerView,
@@ -142,6 +143,20 @@ class MemoryLedger:
         with self._lock:
             return [e for e in self.entries if e.pipeline == pipeline and e.epoch == epoch
                     and e.batch_id == batch_id and e.status in (REFUSED, ADMITTED)]  # fmt: skip
+
+    def record_begun(self, entry: LedgerEntry) -> None:
+        """Keep a ``begun`` row (:mod:`fanout.ledger.begun`)."""
+        if entry.status != BEGUN:
+            raise ValueError("record_begun takes a begun entry")
+        with self._lock:
+            self.entries.append(entry)
+
+    def begun(self, pipeline: str, sink: str, epoch: int, batch_id: int) -> bool:
+        """Whether a ``begun`` row of the batch and sink is kept."""
+        with self._lock:
+            return any(e.pipeline == pipeline and e.sink == sink and e.epoch == epoch
+                       and e.batch_id == batch_id and e.status == BEGUN
+                       for e in self.entries)  # fmt: skip
 
     def dead_letter_marks(self, pipeline: str, sinks: Sequence[str]) -> dict[str, tuple[int, int]]:
         """Per sink with a recorded dead-letter target: its last one's digest and first

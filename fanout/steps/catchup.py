@@ -35,6 +35,7 @@ from fanout.errors import (
     TargetLostError,
 )
 from fanout.hooks.caller import HookCaller
+from fanout.ledger.begun import began, record_begun
 from fanout.ledger.entry import LedgerEntry, ledger_key, now_utc
 from fanout.ledger.gaps import skip_command
 from fanout.observe.logs import batch_fields
@@ -517,14 +518,8 @@ class CatchUp:
         except Exception as exc:
             if self._moved_past(sink, key):
                 return None
-            self.lagging.failed(sink, exc)
-            log.error(
-                "pipeline %s, batch %s, sink %s: cannot read the batch to catch up: %s",
-                self.lagging.pipeline, key[1], sink, exc,
-                extra=batch_fields(self.lagging.pipeline, key[1], sink),
-            )  # fmt: skip
-            return exc
-        unnoted = self._note_write(sink, key)
+            return self._not_caught_up(sink, key, exc, "cannot read the batch to catch up")
+        unnoted = self._note_write(sink, key, info)
         if unnoted is not None:
             return unnoted
         routes = BatchRoutes.prepare(
@@ -572,7 +567,7 @@ class CatchUp:
             self._record_lost(sink, key, refused)
         return refused
 
-    def _note_write(self, sink: str, key: BatchKey) -> BaseException | None:
+    def _note_write(self, sink: str, key: BatchKey, info: BatchInfo) -> BaseException | None:
         """Before the first catch-up write of spooled batch ``key`` to ``sink``, record in
         the spool's index that it may begin (:meth:`fanout.spool.table.Spool.note_replayed`):
         a process killed in it, before the sink's mark, leaves the next run's catch-up no
@@ -582,27 +577,71 @@ class CatchUp:
         process that returned are not asked about: they are retried as a live batch's are,
         on the sink's idempotency. Recorded only where the question could refuse (a batch
         holding rows, a sink answering ``records_gone`` without a harmless rewrite) and not
-        recorded yet: one index append per such batch and sink. The note's failure fails
+        recorded yet: one index append per such batch and sink. A batch in no spool (a
+        backfilled one, ``info`` as its source's mark has it) is noted in the ledger
+        instead, and asked about there (:meth:`_note_backfill`). The note's failure fails
         the write, nothing written (the error)."""
         spool = self.lagging.spool
         spooled = None if spool is None else spool.get(key)
-        if self.replays is None or spooled is None or spooled.rows == 0:
-            return None  # not spooled (a backfill batch): not covered, see §14.4
-        if sink in spooled.replayed or not may_refuse(self.specs[sink].sink):
+        if self.replays is None or (sink, key) in self._noted:
+            return None
+        if spooled is None:
+            return self._note_backfill(sink, key, info)
+        if spooled.rows == 0 or sink in spooled.replayed or not may_refuse(self.specs[sink].sink):
             return None
         assert spool is not None
         try:
             spool.note_replayed(key, sink)
         except Exception as exc:
-            self.lagging.failed(sink, exc)
-            log.error(
-                "pipeline %s, batch %s, sink %s: not caught up: %s",
-                self.lagging.pipeline, key[1], sink, exc,
-                extra=batch_fields(self.lagging.pipeline, key[1], sink),
-            )  # fmt: skip
-            return exc
+            return self._not_caught_up(sink, key, exc)
         self._noted.add((sink, key))
         return None
+
+    def _note_backfill(self, sink: str, key: BatchKey, info: BatchInfo) -> BaseException | None:
+        """The ledger's ``begun`` note of backfilled batch ``key`` (:mod:`fanout.ledger.begun`),
+        read before this process's first write of it to ``sink``: found (an earlier run, or
+        an earlier ``FanOut`` of this process, began the write and did not mark it), the
+        sink is asked first (:meth:`fanout.steps.replay_lag.SpooledReplays.backfill_refusal`),
+        and a refusal is returned, the sink lagging with it for the rest of the run
+        (:meth:`fanout.steps.lag.Lagging.lose`, recorded as a failed attempt of the batch);
+        not found, it is appended. Only for a batch its source's mark says holds rows (or
+        cannot say: a lost mark) and a sink that could be refused: one ledger read and one
+        append per such batch and sink. A failed read or append fails the write, nothing
+        written."""
+        assert self.replays is not None
+        origin = self.specs[sink].lag.backfill_from
+        mark = self.lagging.source_mark(sink, key)
+        empty = mark is not None and not mark.lost and not (mark.rows or mark.dead_lettered)
+        if origin is None or empty or not may_refuse(self.specs[sink].sink):
+            return None
+        pipeline, (epoch, batch_id) = self.lagging.pipeline, key
+        try:
+            noted = began(self.lagging.ledger, pipeline, sink, epoch, batch_id)
+            if not noted:
+                record_begun(self.lagging.ledger, pipeline, sink, epoch, batch_id)
+        except Exception as exc:
+            return self._not_caught_up(sink, key, exc)
+        if not noted:
+            self._noted.add((sink, key))
+            return None
+        refused = self.replays.backfill_refusal(sink, info, self.lagging.mark(sink, epoch), origin)
+        if refused is not None:
+            self.lagging.lose(sink, refused)
+            self._record_lost(sink, key, refused, info)
+        return refused
+
+    def _not_caught_up(
+        self, sink: str, key: BatchKey, exc: Exception, what: str = "not caught up"
+    ) -> Exception:
+        """``sink``'s catch-up of batch ``key`` failed before its write began (``exc``: its
+        read, its note): recorded and logged (``what`` heads the line), returned."""
+        self.lagging.failed(sink, exc)
+        log.error(
+            "pipeline %s, batch %s, sink %s: %s: %s",
+            self.lagging.pipeline, key[1], sink, what, exc,
+            extra=batch_fields(self.lagging.pipeline, key[1], sink),
+        )  # fmt: skip
+        return exc
 
     def _moved_past(self, sink: str, key: BatchKey) -> bool:
         """Whether ``sink``'s mark, read again from the ledger after its catch-up of batch
@@ -635,22 +674,29 @@ class CatchUp:
         return True
 
     def _record_lost(
-        self, sink: str, key: BatchKey, error: TargetLostError | RenamedSinkError
+        self,
+        sink: str,
+        key: BatchKey,
+        error: TargetLostError | RenamedSinkError,
+        info: BatchInfo | None = None,
     ) -> None:
         """Record, once per run, the refused catch-up of ``sink`` (its target lost, or it
         was found renamed: its reopen's check; or a spooled replay it cannot tell it
         holds: :meth:`_refused_replay`) as a failed attempt of its next batch ``key``:
-        ``fanout status`` shows it, with the ways on, also when no live batch runs."""
+        ``fanout status`` shows it, with the ways on, also when no live batch runs.
+        ``info``: the batch's context when known (a backfilled batch's, from its source's
+        mark); else the spool's, or the bare batch."""
         with _current_lock:
             if sink in self._told_lost:
                 return
             self._told_lost.add(sink)
         spooled = None if self.lagging.spool is None else self.lagging.spool.get(key)
-        info = (
-            spooled.info()
-            if spooled is not None
-            else BatchInfo(self.lagging.pipeline, key[1], epoch=key[0])
-        )
+        if info is None:
+            info = (
+                spooled.info()
+                if spooled is not None
+                else BatchInfo(self.lagging.pipeline, key[1], epoch=key[0])
+            )
         batch = Batch(None, info, sink, txn_app_id(info.pipeline, sink, info.epoch))
         self.record.failed(batch, 1, now_utc(), 0.0, error)
 

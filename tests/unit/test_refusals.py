@@ -15,6 +15,7 @@ import pytest
 from fanout.app import activity
 from fanout.app.cli import main
 from fanout.app.status import summarize
+from fanout.ledger.begun import BEGUN, began, record_begun
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import OWN_ROWS, Ledger, LedgerEntry, Status, now_utc
 from fanout.ledger.memory import MemoryLedger
@@ -170,7 +171,7 @@ def test_only_refused_and_admitted_rows_go_through_the_refusal_rows(
 
 def test_the_new_statuses_are_statuses_and_the_ledgers_own_rows() -> None:
     assert set(get_args(Status)) == {"committed", "failed", *OWN_ROWS}
-    assert {REFUSED, ADMITTED, RECOVERY, DEAD_LETTER, "epoch"} == set(OWN_ROWS)
+    assert {REFUSED, ADMITTED, RECOVERY, DEAD_LETTER, BEGUN, "epoch"} == set(OWN_ROWS)
 
 
 # -- no reader counts them --------------------------------------------------------------
@@ -210,10 +211,14 @@ def _pipeline(ledger: Ledger) -> None:
 
 
 def _refusals(ledger: Ledger) -> None:
-    """A refused batch 3, admitted; a refused batch 4; one of another epoch."""
+    """A refused batch 3, admitted; a refused batch 4; one of another epoch; and the
+    catch-up's notes of backfill writes begun (:mod:`fanout.ledger.begun`): latest's batch
+    2 (it failed there) and bronze's batch 3, rows of real sinks."""
     record_refused(ledger, "orders", 0, 3, T + 3)
     record_admitted(ledger, "orders", 0, 3, T + 3)
     record_refused(ledger, "orders", 0, 4, T + 4)
+    record_begun(ledger, "orders", "latest", 0, 2)
+    record_begun(ledger, "orders", "bronze", 0, 3)
 
 
 def _readings(ledger: Ledger) -> dict[str, object]:
@@ -305,6 +310,7 @@ def test_the_ledgers_compaction_keeps_the_rows_and_their_answer(
         (REFUSED, 1), (ADMITTED, 2)]  # fmt: skip
     assert refused_unwritten(again, "orders", 0, 4, T + 4) is True
     assert refused_unwritten(again, "orders", 0, 3, T + 3) is False
+    assert began(again, "orders", "bronze", 0, 3) and began(again, "orders", "latest", 0, 2)
 
 
 def test_a_ledger_without_the_rows_answers_no_refusal(tmp_path: Path) -> None:

@@ -4,9 +4,11 @@ seconds): the next run's catch-up sees no replay of Spark's, and the sink cannot
 whether its table holds the batch. Before, it appended the batch a second time; now the
 catch-up notes in the spool's index that it is about to write the batch, so the next run
 asks the sink first and refuses it, naming the skip that releases it (run as printed,
-through the real CLI). And a doubted replay is recorded in the spool only for the lag sinks
-its earlier attempt could have written: a sink already behind it gets it from its catch-up
-without a question (it was refused needlessly once its records expired). Real Spark, Delta
+through the real CLI). The same for a batch a sink added later backfills from another
+sink's table (in no spool: its note is a ledger row, fanout.ledger.begun). And a doubted
+replay is recorded in the spool only for the lag sinks its earlier attempt could have
+written: a sink already behind it gets it from its catch-up without a question (it was
+refused needlessly once its records expired). Real Spark, Delta
 sinks, ledger and spool; the killed catch-up runs in a driver subprocess
 (catchup_driver.py) SIGKILLed with its JVM."""
 
@@ -76,9 +78,32 @@ def _failed(work: Path) -> list[tuple[str, int, str]]:
     )
 
 
-def _driver(work: Path) -> subprocess.CompletedProcess[str]:
+def _begun(work: Path) -> list[tuple[str, int]]:
+    """The ledger's ``begun`` notes (fanout.ledger.begun): (sink, batch)."""
+    rows = _ledger(work).rows(PIPELINE)
+    return sorted((r["sink"], r["batch_id"]) for r in rows if r["status"] == "begun")
+
+
+def _driver(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """catchup_driver.py in a process group of its own (:func:`driver_process`)."""
-    return driver_process(str(DRIVER), str(work), timeout_s=180)
+    return driver_process(str(DRIVER), str(work), *args, timeout_s=180)
+
+
+def _restart_refused(
+    work: Path, *, backfill: bool = False
+) -> tuple[list[tuple[int, list[str], list[str]]], str]:
+    """The restart's final catch-up, refused batch 1 of silver: what the spool held for it
+    first, and silver's error; silver's table still holds batch 1 once."""
+    restart = fan_out(work, backfill=backfill)
+    try:
+        spooled = _spooled(restart)
+        with pytest.raises(SinksBehindError):
+            restart.final_catch_up()  # asked: refused, not written again
+        error = restart.lagging.lags()["silver"].error or ""
+    finally:
+        restart.close()
+    assert ids(work / "silver") == [0, 1, 2, 10, 11, 12]  # batch 1 once
+    return spooled, error
 
 
 REFUSED = (
@@ -115,15 +140,8 @@ def test_a_catch_up_write_killed_before_its_mark_is_asked_about_by_the_next_run(
     assert _ledger(work).last_committed(PIPELINE, ["silver", "gold"]) == {"silver": 0, "gold": 1}
     time.sleep(3)  # the table forgets the app transactions 2 s after their commit
 
-    restart = fan_out(work)
-    try:
-        assert _spooled(restart) == [(1, ["silver"], ["silver"])]  # the killed run's note
-        with pytest.raises(SinksBehindError):
-            restart.final_catch_up()  # asked: refused, not written again
-        error = restart.lagging.lags()["silver"].error or ""
-    finally:
-        restart.close()
-    assert ids(work / "silver") == [0, 1, 2, 10, 11, 12]  # batch 1 once
+    spooled, error = _restart_refused(work)
+    assert spooled == [(1, ["silver"], ["silver"])]  # the killed run's note
     assert error.startswith(REFUSED.format(path=work / "silver")), error
     assert _failed(work) == [("silver", 1, "SinkRecordsGoneError"), ("silver", 1, "SinkWriteError")]
 
@@ -141,6 +159,65 @@ def test_a_catch_up_write_killed_before_its_mark_is_asked_about_by_the_next_run(
         last.close()
     assert ids(work / "silver") == [0, 1, 2, 10, 11, 12, 20, 21, 22]
     assert ids(work / "gold") == [0, 1, 2, 10, 11, 12, 20, 21, 22]
+
+
+BACKFILL_REFUSED = (
+    "SinkRecordsGoneError: sink 'silver', batch 1: pipeline 'catchupkill', sink 'silver': "
+    "batch 1 of epoch 0, backfilled from sink 'gold', was begun by an earlier run's catch-up "
+    "(an attempt that may have written it to path '{path}' died before the sink's ledger "
+    "mark: the catch-up's process ended in it), and the sink cannot tell whether its target "
+    "holds it, its own records of the epoch being gone: the table's log keeps no app "
+    "transaction 'fanout/catchupkill/silver'"
+)
+
+
+def test_a_backfilled_catch_up_write_killed_before_its_mark_is_asked_about_by_the_next_run(
+    spark: Any, tmp_path: Path
+) -> None:
+    """gold alone writes batches 0-2; silver is added with ``backfill_from="gold"``; the
+    driver's final catch-up backfills batch 0, then is SIGKILLed with its JVM after it wrote
+    batch 1 to silver, before its mark; silver's app transactions expire; the restart's
+    catch-up finds the ledger's note of batch 1, asks silver, and refuses it (nothing in
+    the spool: the note is a ledger row); the printed skip through the real CLI; then the
+    backfill goes on with batch 2 and silver goes live."""
+    work = tmp_path
+    gold = FanOut(PIPELINE, str(work / "ledger"), [catchup_driver.sinks(work)[1]], retries=0,
+                  backoff_s=0, parallelism=1, spool=str(work / "spool"))  # fmt: skip
+    gold.catchup.stop()
+    try:
+        assert [_write(gold, spark, b) for b in range(3)] == [["gold"]] * 3
+    finally:
+        gold.close()
+
+    killed = _driver(work, "backfill")  # backfills batch 0, killed in its write of batch 1
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert "KILL after the catch-up wrote batch 1 to silver" in killed.stderr
+    assert ids(work / "silver") == [0, 1, 2, 10, 11, 12]  # batch 1 written, not marked
+    assert _ledger(work).last_committed(PIPELINE, ["silver", "gold"]) == {"silver": 0, "gold": 2}
+    assert _begun(work) == [("silver", 0), ("silver", 1)]  # noted before each write began
+    time.sleep(3)  # the table forgets the app transactions 2 s after their commit
+
+    spooled, error = _restart_refused(work, backfill=True)
+    assert spooled == []  # a backfilled batch: in no spool
+    assert error.startswith(BACKFILL_REFUSED.format(path=work / "silver")), error
+    assert _failed(work) == [("silver", 1, "SinkRecordsGoneError")]
+    assert _begun(work) == [("silver", 0), ("silver", 1)]  # asked: no second note
+
+    args = printed_command(error, "fanout ledger skip")  # the operator found batch 1 there
+    assert args[-6:] == ["--sink", "silver", "--through", "1", "--epoch", "0"], args
+    done = fanout_process(*args)
+    assert done.returncode == 0, done.stderr
+    assert "sink 'silver', epoch 0: batches 1-1 recorded as skipped" in done.stdout, done.stdout
+    last = fan_out(work, backfill=True)
+    try:
+        last.final_catch_up()  # the backfill goes on: batch 2
+        assert _write(last, spark, 3) == ["gold", "silver"]  # live
+    finally:
+        last.close()
+    assert ids(work / "silver") == [0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32]
+    assert ids(work / "gold") == [0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32]
+    assert _ledger(work).last_committed(PIPELINE, ["silver", "gold"]) == {"silver": 3, "gold": 3}
+    assert _begun(work) == [("silver", 0), ("silver", 1), ("silver", 2)]
 
 
 def test_a_doubted_replay_is_not_asked_of_a_lag_sink_that_was_already_behind_it(
