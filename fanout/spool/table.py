@@ -326,8 +326,9 @@ class Spool:
         """Record in the index, before its catch-up writes batch ``key`` to ``sink``, that
         an attempt of that write may have begun (:attr:`SpooledBatch.replayed` for the
         sink: a later run's catch-up asks the sink before writing it again,
-        :mod:`fanout.steps.replay_lag`). One read of the index and one row appended (one
-        commit), only when the sink is not recorded so yet; returns the batch as the index
+        :mod:`fanout.steps.replay_lag`). One read of the index (of the batch's row for the
+        sink, filtered in delta-rs) and one row appended (one commit), only when the sink
+        is not recorded so yet; returns the batch as the index
         now knows it. Nothing is appended when the index on disk no longer holds a row of
         the batch for the sink: another process released it (``fanout ledger skip
         --release-spooled``) since this instance read the index, and a row appended then
@@ -345,7 +346,7 @@ class Spool:
                 return batch
             noted = replace(batch, needed_by=frozenset([sink]), replayed=frozenset([sink]))
             try:
-                if not any(sink in row.needed_by for row in self._index_rows({key}).get(key, [])):
+                if not self._index_holds(key, sink):
                     log.info(
                         "pipeline %s, batch %s, sink %s: not noted in the spool's index: "
                         "another process released the batch for the sink meanwhile (a "
@@ -512,6 +513,20 @@ class Spool:
                 known = self._batches.get(key)
                 pairs[key] = known.needed_by if known is not None else frozenset()
         return {key: sinks for key, sinks in pairs.items() if sinks}
+
+    def _index_holds(self, key: BatchKey, sink: str) -> bool:
+        """Whether the index, on a fresh snapshot, holds a row of batch ``key`` for
+        ``sink``: the filters go down to delta-rs, which skips every other file by its
+        statistics (a scan of the whole index, one file per spooling and never compacted,
+        would cost a lagging sink's catch-up a read growing with its backlog, under the
+        lock the live batches' spooling takes)."""
+        index = open_table(self.index_path, self.storage_options)
+        if index is None:
+            return False
+        epoch, batch_id = key
+        filters = [("pipeline", "=", self.pipeline), ("epoch", "=", epoch),
+                   ("batch_id", "=", batch_id), ("sink", "=", sink)]  # fmt: skip
+        return read_arrow(index, columns=["sink"], filters=filters).num_rows > 0
 
     def _index_rows(self, keys: set[BatchKey]) -> dict[BatchKey, list[SpooledBatch]]:
         """The index rows of ``keys``, on a fresh snapshot of the index."""

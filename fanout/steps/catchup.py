@@ -611,7 +611,7 @@ class CatchUp:
         assert self.replays is not None
         origin = self.specs[sink].lag.backfill_from
         mark = self.lagging.source_mark(sink, key)
-        empty = mark is not None and not mark.lost and not (mark.rows or mark.dead_lettered)
+        empty = mark is not None and not mark.lost and mark.rows == 0 and not mark.dead_lettered
         if origin is None or empty or not may_refuse(self.specs[sink].sink):
             return None
         pipeline, (epoch, batch_id) = self.lagging.pipeline, key

@@ -170,6 +170,7 @@ def unproven_sinks(
     timeouts: Mapping[str, float],
     *,
     ledger: Ledger,
+    noted: bool = False,
 ) -> dict[str, str]:
     """Each of ``sinks`` (open, pending) that would write the replayed batch of ``state``
     and cannot tell whether it holds it while its own records are gone, with what is gone:
@@ -182,21 +183,31 @@ def unproven_sinks(
     lost-target check (its write meets the same outage). Not asked: a sink whose mark is
     below the batch before this one, behind at the earlier attempt too (marks never move
     back), which a sink behind is never written past (held back, or the batch refused at
-    its gap: docs/architecture.md §14.1)."""
+    its gap: docs/architecture.md §14.1).
+
+    ``noted``: the batch is one a write to the sink may have begun for, by a record of its
+    own (the catch-up's note, a doubted replay's flag in the spool:
+    :mod:`fanout.steps.replay_lag`), not only Spark's replay: a sink with no mark in the
+    epoch that wrote rows is asked too, ``records_gone`` about the batch itself (without
+    such a record, refusing it would refuse every new epoch's first replayed batch)."""
     info, marks = state.info, state.marks or {}
     gone: dict[str, str] = {}
     for name in state.pending:
         sink, mark = sinks.get(name), marks.get(name)
-        if sink is None or mark is None or sink.harmless_rewrite() is not None:
+        if sink is None or (mark is None and not noted) or sink.harmless_rewrite() is not None:
             continue
-        if mark < info.batch_id - 1:
+        if mark is not None and mark < info.batch_id - 1:
             continue
         if not answers_records_gone(sink):
             continue
         held = bounded(sink, info.pipeline, partial(_holds, sink, info), timeouts.get(name))
         if held is not None:
             continue
-        written = last_kept(written_marks(ledger, info.pipeline, info.epoch, name, mark))
+        written = None
+        if mark is not None:
+            written = last_kept(written_marks(ledger, info.pipeline, info.epoch, name, mark))
+        if written is None and noted:
+            written = info.batch_id
         if written is None:
             continue
         reason = gone_reason(sink, info.pipeline, info.epoch, written, timeouts.get(name))

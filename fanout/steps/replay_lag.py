@@ -112,7 +112,7 @@ class SpooledReplays:
         info = replace(info, replayed=True)
         state = BatchState(None, info, {sink: mark}, pending=[sink])
         timeouts = write_timeouts(self.specs, (sink,))
-        gone = unproven_sinks(state, {sink: spec.sink}, timeouts, ledger=self.store)
+        gone = unproven_sinks(state, {sink: spec.sink}, timeouts, ledger=self.store, noted=True)
         reason = gone.get(sink)
         if reason is None:
             return None

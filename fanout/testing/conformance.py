@@ -571,7 +571,8 @@ class SinkConformance:
         except _PASSED_ON:
             raise
         except BaseException as exc:  # a sink's own BaseException goes through FanOut as is
-            _fail_fenced_write(exc, sink.secret_values())
+            # from None: pytest would print the sink's error, unmasked, as the context
+            raise pytest.fail.Exception(_fenced_write_failure(exc, sink.secret_values())) from None
         else:
             pytest.fail(
                 "batch 1 of epoch 0 was written after fence_earlier_epochs(pipeline, 1) "
@@ -1060,19 +1061,21 @@ _PASSED_ON = (
 """What the kit's checks let through as raised: an interrupt, pytest's own outcomes."""
 
 
-def _fail_fenced_write(exc: BaseException, secrets: Sequence[str]) -> None:
-    """Fail the lift check: the fenced write of batch 1 of epoch 0 raised ``exc`` out of
-    ``FanOut.process``, not :class:`fanout.BatchFailedError` (fanout did not mask it: the
-    sink's ``secrets`` are masked here)."""
-    raised = "" if isinstance(exc, Exception) else (
-        ", while a BaseException that is not an Exception goes up through fanout as raised "
-        "and ends the run, as KeyboardInterrupt does"
-    )  # fmt: skip
-    pytest.fail(
+def _fenced_write_failure(exc: BaseException, secrets: Sequence[str]) -> str:
+    """Why the lift check fails: the fenced write of batch 1 of epoch 0 raised ``exc`` out
+    of ``FanOut.process``, not :class:`fanout.BatchFailedError` (fanout did not mask it:
+    the sink's ``secrets`` are masked here)."""
+    said = (
         f"the write of batch 1 of epoch 0 after fence_earlier_epochs(pipeline, 1) returned "
-        f"made FanOut.process raise {redact(repr(exc), secrets)}, not BatchFailedError: "
-        "refuse a fenced write with an Exception (a fanout.SinkWriteError) from write() (or "
-        f"its tasks), which fanout reports as the sink's failure of the batch{raised}"
+        f"made FanOut.process raise {redact(repr(exc), secrets)}, not BatchFailedError"
+    )
+    if isinstance(exc, Exception):  # not the sink's: fanout wraps every Exception of it
+        return f"{said}: an error of fanout's own (its ledger, its spool), not the sink's refusal"
+    return (
+        f"{said}: refuse a fenced write with an Exception (a fanout.SinkWriteError) from "
+        "write() (or its tasks), which fanout reports as the sink's failure of the batch, "
+        "while a BaseException that is not an Exception goes up through fanout as raised "
+        "and ends the run, as KeyboardInterrupt does"
     )
 
 

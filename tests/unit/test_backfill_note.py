@@ -11,6 +11,7 @@ plugins/fanout-delta/tests/test_catchup_killed.py."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,48 @@ def test_begun_rows_are_read_by_batch_sink_and_epoch_and_counted_by_no_reader(
         assert sorted(r["status"] for r in rows) == ["begun", "committed"]
         without = [r for r in rows if r["status"] != "begun"]
         assert summarize(rows) == summarize(without)  # fanout status: not a sink's progress
+
+
+def test_the_first_backfilled_batch_of_an_epoch_noted_is_asked_too(tmp_path: Path) -> None:
+    """The catch-up noted batch 0, the sink's first of the epoch, and its write failed (as
+    a kill would leave it: no mark). The sink has no mark of the epoch that wrote rows, whose
+    records could tell; the note says a write may have begun: the next run asks
+    ``records_gone`` about the batch itself and refuses it, nothing written again."""
+    ledger = MemoryLedger()
+    lake = _lake(ledger)
+    pg = Unsure("pg", always_fail=SinkWriteError("down", sink="pg"))
+    fan = _fan(tmp_path, ledger, lake, pg)
+    try:
+        assert isinstance(fan.catchup.drain("pg", until=lambda: False), SinkWriteError)
+    finally:
+        fan.close()
+    assert _begun(ledger) == [("pg", 0)]
+    written = list(pg.calls)
+    pg.always_fail = None
+    fan = _fan(tmp_path, ledger, lake, pg)
+    try:
+        refused = fan.catchup.drain("pg", until=lambda: False)
+    finally:
+        fan.close()
+    assert isinstance(refused, SinkRecordsGoneError), refused
+    assert refused.batch_id == 0
+    assert pg.calls == written  # batch 0 not written again, nor any after it
+    assert ("gone", 0, 0) in pg.asked
+
+
+def test_a_source_mark_of_unknown_rows_is_noted(tmp_path: Path) -> None:
+    """A source mark that does not say how many rows it wrote (``rows`` None: an older
+    ledger's) may hold rows: its backfilled batch is noted like any other."""
+    ledger = MemoryLedger()
+    lake = _lake(ledger)
+    ledger.entries[:] = [
+        replace(e, rows=None) if e.sink == "lake" and e.status == "committed" else e
+        for e in ledger.entries
+    ]
+    pg = Unsure("pg")
+    fan = _fan(tmp_path, ledger, lake, pg)
+    try:
+        fan.catchup.drain("pg", until=lambda: False)
+    finally:
+        fan.close()
+    assert _begun(ledger) == [("pg", 0), ("pg", 1), ("pg", 2)]

@@ -141,10 +141,11 @@ def test_a_spooled_replay_the_sink_cannot_tell_it_holds_is_refused_naming_the_wa
     [
         (False, None, 0, GONE, []),  # not from a doubted replay: nothing asked
         (True, [], 0, GONE, []),  # no row to write twice
-        (True, None, None, GONE, []),  # no mark in the epoch: its records never existed
+        # no mark in the epoch: asked about the batch itself, its records there
+        (True, None, None, None, [("holds", 0, 1), ("gone", 0, 1)]),
         (True, None, 0, None, [("holds", 0, 1), ("gone", 0, 0)]),  # its records are there
     ],
-    ids=["not-a-replay", "empty", "no-mark", "records-there"],
+    ids=["not-a-replay", "empty", "no-mark-records-there", "records-there"],
 )
 def test_a_spooled_batch_passes_when_nothing_says_it_could_be_written_twice(
     tmp_path: Path,
@@ -157,6 +158,20 @@ def test_a_spooled_batch_passes_when_nothing_says_it_could_be_written_twice(
     k = Unsure("k", gone=gone)
     assert _replays(k).refusal("k", _spooled(tmp_path, replayed, ids), mark) is None
     assert k.asked == asked
+
+
+def test_a_flagged_batch_of_a_sink_with_no_mark_in_its_epoch_is_refused_when_its_records_are_gone(
+    tmp_path: Path,
+) -> None:
+    """No mark of the epoch that wrote rows, whose records could tell: the flag says a
+    write of the batch may have begun, so the sink is asked about the batch itself (without
+    the flag, nothing: every new epoch's first replayed batch would be refused)."""
+    k = Unsure("k", gone=GONE)
+    refused = _replays(k).refusal("k", _spooled(tmp_path, True), None)
+    assert isinstance(refused, SinkRecordsGoneError)
+    assert (refused.sink, refused.batch_id) == ("k", 1)
+    assert k.asked == [("holds", 0, 1), ("gone", 0, 1)]
+    assert "s3cr3t" not in str(refused)
 
 
 def test_an_accepted_sink_gets_the_spooled_replay_with_a_warning(
