@@ -318,8 +318,10 @@ def test_a_sigterm_at_the_calls_first_line_still_pairs_its_count(
 ) -> None:
     """The count of ``FanOut.__call__`` running (what tells the handler to unwind rather
     than close) is undone by the call's ``finally`` however early the SIGTERM comes: a
-    count left behind would make every later SIGTERM between batches skip the close. One
-    that came before the count leaves the handler's own error, not a ``ValueError``."""
+    count left behind would tell a later SIGTERM that a batch is running when none is (the
+    first handled SIGTERM makes later ones do nothing today, so this guards the count's
+    own contract). One that came before the count leaves the handler's own error, not a
+    ``ValueError``."""
     monkeypatch.setattr("fanout.fan_out.call_entered", _cut_at_call_entered(counted))
     before = list(worker_end._calls)
     fan = FanOut("ending", MemoryLedger(), [RecordingSink("lake")], retries=0)
