@@ -166,3 +166,30 @@ def test_a_driver_error_ending_one_id_fails_the_batch_as_transient_after_ending_
         assert [c.partition for c in held] == [KEPT]
     finally:
         sink.close()
+
+
+def test_an_error_counting_the_partitions_beyond_the_span_fails_the_batch_as_transient(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The read of the markers beyond the partition span raising anything (here an
+    ``OSError``, not the client's): no id is ended, and the batch fails as transient, its
+    text typed and redacted, before any marker is read."""
+    ended: list[list[str]] = []
+
+    def beyond(settings: Any, partitions: int) -> int:
+        raise OSError(f"socket {SECRET}")
+
+    monkeypatch.setattr(abandoned, "marked_beyond", beyond)
+    monkeypatch.setattr(abandoned, "end_transactions", lambda s, ids: ended.append(ids) or {})
+    settings = SimpleNamespace(sink="events", producer={"sasl.password": SECRET},
+                               transactional_id=lambda p: f"t-{p}")  # fmt: skip
+    with pytest.raises(TransientSinkError) as failed:
+        abandoned.end_abandoned_transactions(settings, 2, 7)  # type: ignore[arg-type]
+    assert ended == []
+    assert (failed.value.sink, failed.value.batch_id) == ("events", 7)
+    text = str(failed.value)
+    assert (
+        "cannot end the transactions an earlier attempt left open (to read its partition "
+        "markers): OSError: socket " in text
+    )
+    assert SECRET not in text
