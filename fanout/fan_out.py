@@ -1398,8 +1398,8 @@ class FanOut:
         is not certainly the batch's first (:meth:`_first_attempt`), whatever the rows
         answered, so that a ``refused`` row of an earlier attempt landing late, from this
         process or one still ending beside this one, is outranked by it."""
-        unwritten = self._refused_before_writing(state.info)
         admit = not self._first_attempt(state.info)
+        unwritten = self._refused_before_writing(state.info) if admit else False
         if not state.info.replayed:
             return admit
         unasked = self.lagging.unasked()
@@ -1427,20 +1427,18 @@ class FanOut:
 
     def _refused_before_writing(self, info: BatchInfo) -> bool | None:
         """Whether fanout refused every earlier attempt of the batch before any sink wrote
-        it (:func:`fanout.ledger.refusals.refused_unwritten`), read only when this attempt
-        is not certainly the batch's first (:meth:`_first_attempt`): a replay by the run
-        memory, or one it reads as new while an attempt of the batch raised before in this
-        process (a ``FanOut`` reused across in-process restarts of its query, or built
-        inside a foreachBatch call, refused that attempt before writing: planned after its
-        birth, never begun writing). A first attempt reads nothing.
+        it (:func:`fanout.ledger.refusals.refused_unwritten`), asked only when this attempt
+        is not certainly the batch's first (:meth:`_first_attempt`, asked by the caller): a
+        replay by the run memory, or one it reads as new while an attempt of the batch
+        raised before in this process (a ``FanOut`` reused across in-process restarts of its
+        query, or built inside a foreachBatch call, refused that attempt before writing:
+        planned after its birth, never begun writing). A first attempt reads nothing.
 
         ``None``: a ``refused`` row of the batch whose append this process gave up waiting
         for is still under way after a second wait (:meth:`PreWrite.settled`). Landing
         after this read, it would be the newest word about an attempt that wrote: so the
         rows exempt nothing now, and the attempt records itself admitted before writing
         all the same (numbered from a read after the late row's, it outranks it)."""
-        if self._first_attempt(info):
-            return False
         if not self._refusals.settled(info.batch_id):
             return None
         return refused_unwritten(

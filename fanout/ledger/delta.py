@@ -557,15 +557,15 @@ class DeltaLedger:
 
     def begun(self, pipeline: str, sink: str, epoch: int, batch_id: int) -> bool:
         """Whether a ``begun`` row of the batch and sink is there: a read filtered by
-        pipeline, sink, batch and status (file statistics skip most files)."""
+        pipeline, sink, epoch, batch and status (file statistics skip most files; a
+        ``begun`` row always names its epoch)."""
         with self._lock:
             table = self._fresh()
         filters: list[Filter] = [
-            ("pipeline", "=", pipeline), ("sink", "=", sink), ("batch_id", "=", batch_id),
-            ("status", "=", BEGUN),
+            ("pipeline", "=", pipeline), ("sink", "=", sink), ("epoch", "=", epoch),
+            ("batch_id", "=", batch_id), ("status", "=", BEGUN),
         ]  # fmt: skip
-        rows = read_arrow(table, filters=filters).to_pylist()
-        return any((row.get("epoch") or 0) == epoch for row in rows)  # older rows: epoch 0
+        return read_arrow(table, columns=["status"], filters=filters).num_rows > 0
 
     def _late_mark(
         self, table: DeltaTable, entry: LedgerEntry, version: Callable[[str], int | None]

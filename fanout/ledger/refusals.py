@@ -71,11 +71,11 @@ def record_admitted(
 ) -> None:
     """Record that a replay of batch ``batch_id`` of ``epoch`` (planned at
     ``batch_timestamp_ms``) goes on to write it: called right before its first write (past
-    every check that may still refuse it unwritten), by every attempt that writes a batch
-    :func:`refused_unwritten` says ``True`` of, a replay or not by the run memory (else one
-    killed mid-write would hide behind the old refusal), and by every one whose batch's
-    ``refused`` row may still land (its append given up on in this process,
-    :meth:`fanout.steps.refused.PreWrite.settled`: numbered from a later read, this row
+    every check that may still refuse it unwritten), by every attempt not certainly the
+    batch's first that writes (``FanOut._refuse_unproven_replay``): one
+    :func:`refused_unwritten` says ``True`` of (else one killed mid-write would hide behind
+    the old refusal), and one that read no row while a ``refused`` row of an earlier attempt
+    may still land, in this process or another (numbered from a later read, this row
     outranks it). Raises what the ledger's append raises: the replay must not write then."""
     _record(ledger, ADMITTED, pipeline, epoch, batch_id, batch_timestamp_ms)
 

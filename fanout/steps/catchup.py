@@ -45,7 +45,8 @@ from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.table import BatchKey
 from fanout.steps.lag import Backlog, Lagging
 from fanout.steps.record import Recorder
-from fanout.steps.replay_lag import SpooledReplays, may_refuse
+from fanout.steps.replay import may_refuse
+from fanout.steps.replay_lag import SpooledReplays
 from fanout.steps.timeout import AbandonedWrite, AbandonedWrites, TimedWrite
 from fanout.steps.write import SinkOutcome, SinkRunner, run_timed
 
@@ -690,8 +691,8 @@ class CatchUp:
             if sink in self._told_lost:
                 return
             self._told_lost.add(sink)
-        spooled = None if self.lagging.spool is None else self.lagging.spool.get(key)
         if info is None:
+            spooled = None if self.lagging.spool is None else self.lagging.spool.get(key)
             info = (
                 spooled.info()
                 if spooled is not None

@@ -164,6 +164,12 @@ def warn_built_in_batch(pipeline: str, where: str) -> None:
     )  # fmt: skip
 
 
+def may_refuse(sink: Sink) -> bool:
+    """Whether :func:`unproven_sinks` could ever refuse a batch to ``sink``: its type
+    answers ``records_gone`` and a second write would not be harmless."""
+    return answers_records_gone(sink) and sink.harmless_rewrite() is None
+
+
 def unproven_sinks(
     state: BatchState,
     sinks: Mapping[str, Sink],
@@ -194,11 +200,9 @@ def unproven_sinks(
     gone: dict[str, str] = {}
     for name in state.pending:
         sink, mark = sinks.get(name), marks.get(name)
-        if sink is None or (mark is None and not noted) or sink.harmless_rewrite() is not None:
+        if sink is None or (mark is None and not noted) or not may_refuse(sink):
             continue
         if mark is not None and mark < info.batch_id - 1:
-            continue
-        if not answers_records_gone(sink):
             continue
         held = bounded(sink, info.pipeline, partial(_holds, sink, info), timeouts.get(name))
         if held is not None:

@@ -30,25 +30,17 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from fanout.contract.batch import BatchInfo
-from fanout.contract.sink import Sink
 from fanout.errors import SinkRecordsGoneError, shell_word
 from fanout.ledger.entry import Ledger
 from fanout.ledger.gaps import release_command, skip_command
 from fanout.observe.secrets import redact
 from fanout.sink_spec import SinkSpec, write_timeouts
 from fanout.spool.table import SpooledBatch
-from fanout.steps.holds import answers_records_gone
 from fanout.steps.lost_target import target_text
 from fanout.steps.replay import ReplayCheck, unproven_sinks
 from fanout.steps.state import BatchState
 
 log = logging.getLogger("fanout")
-
-
-def may_refuse(sink: Sink) -> bool:
-    """Whether :func:`fanout.steps.replay.unproven_sinks` could ever refuse a batch to
-    ``sink``: its type answers ``records_gone`` and a second write would not be harmless."""
-    return answers_records_gone(sink) and sink.harmless_rewrite() is None
 
 
 def doubt(state: BatchState, asked: Collection[str], check: ReplayCheck) -> None:
