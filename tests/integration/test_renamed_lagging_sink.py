@@ -26,6 +26,7 @@ import pytest
 
 from fanout import BatchFailedError, BatchInfo, FanOut, SinksBehindError
 from fanout.app.cli import main
+from fanout.dispatch.targets import TargetChecks
 from fanout.errors import SinkUnreachableError
 from fanout.steps.renamed import RenamedSinkError
 from fanout.testing.faults import MarkLost
@@ -382,16 +383,16 @@ def test_a_renamed_sink_whose_reopen_races_the_runs_first_check_is_asked(
     held = Counter({i: 1 for i in (0, 1, 2, 10, 11, 12)})
 
     asked, checked = threading.Event(), threading.Event()
-    ask_reopened, refuse_renamed = FanOut._ask_reopened, FanOut._refuse_renamed
+    ask_reopened, refuse_renamed = TargetChecks.ask_reopened, TargetChecks.refuse_renamed
 
-    def ask_then_wait(self: FanOut, name: str) -> Any:
+    def ask_then_wait(self: TargetChecks, name: str) -> Any:
         answer = ask_reopened(self, name)
         if not asked.is_set():  # the first ask: before the run's first batch
             asked.set()
             assert checked.wait(60)
         return answer
 
-    def check_then_signal(self: FanOut, state: Any) -> None:
+    def check_then_signal(self: TargetChecks, state: Any) -> None:
         try:
             refuse_renamed(self, state)
         finally:
@@ -400,8 +401,8 @@ def test_a_renamed_sink_whose_reopen_races_the_runs_first_check_is_asked(
         while "copy2" in self.lagging.not_opened() and time.monotonic() < deadline:
             time.sleep(0.01)
 
-    monkeypatch.setattr(FanOut, "_ask_reopened", ask_then_wait)
-    monkeypatch.setattr(FanOut, "_refuse_renamed", check_then_signal)
+    monkeypatch.setattr(TargetChecks, "ask_reopened", ask_then_wait)
+    monkeypatch.setattr(TargetChecks, "refuse_renamed", check_then_signal)
     _down_at_first_open(monkeypatch, "copy2")
     renamed = _fan(tmp_path, "copy2")
     try:

@@ -209,7 +209,7 @@ def test_new_epoch_killed_after_its_lost_target_check_before_its_claim_changed_n
     spark: Any, tmp_path: Path, fanout_cli: Cli
 ) -> None:
     """``fanout run --new-epoch`` killed (SIGKILL) right after the reset's lost-target
-    check passed, before its fences and claim (``FanOut._refuse_lost``, now asked before
+    check passed, before its fences and claim (``TargetChecks.refuse_lost``, now asked before
     them): the ledger and the table are as before the reset (no ``epoch`` row of epoch 1,
     no fence commit), and the same command run again starts epoch 1 and writes its batch
     once."""
@@ -225,7 +225,12 @@ def test_new_epoch_killed_after_its_lost_target_check_before_its_claim_changed_n
     _new_checkpoint(tmp_path, 1)
 
     cut = fanout_killed_at(
-        "fanout.fan_out:FanOut._refuse_lost", "after", 1, "run", str(config), "--new-epoch"
+        "fanout.dispatch.targets:TargetChecks.refuse_lost",
+        "after",
+        1,
+        "run",
+        str(config),
+        "--new-epoch",
     )
     assert cut.returncode == KILLED, cut.stderr[-3000:]
     rows = sorted((r["status"], r["epoch"], r["batch_id"]) for r in delta_rows(tmp_path / "ledger"))

@@ -56,9 +56,9 @@ def test_an_unresolvable_route_is_a_route_error_in_the_ledger(
 def test_without_a_session_a_route_is_said_to_be_unchecked(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fanout.fan_out
+    import fanout.dispatch.opening
 
-    monkeypatch.setattr(fanout.fan_out, "_active_spark", lambda: None)
+    monkeypatch.setattr(fanout.dispatch.opening, "active_spark", lambda: None)
     sinks = [{"type": "delta", "name": "paid", "path": str(tmp_path / "p"), "where": "x >"}]
     with caplog.at_level(logging.WARNING, logger="fanout"):
         FanOut("nosession", str(tmp_path / "ledger"), sinks)

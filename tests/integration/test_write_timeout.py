@@ -321,9 +321,9 @@ def test_a_new_fanout_of_the_pipeline_waits_for_the_abandoned_write_close_left_r
     """close() leaves an abandoned write still running (its sink open) and says the next
     run writes the batch; a next run in the same process (a notebook's re-run cell, a
     restarted query) must not write that batch beside it."""
-    import fanout.fan_out as fan_out_module
+    import fanout.dispatch.closing as closing_module
 
-    monkeypatch.setattr(fan_out_module, "CLOSE_WAIT_S", 1.0)
+    monkeypatch.setattr(closing_module, "CLOSE_WAIT_S", 1.0)
     options = _pg_options(pg_url)
     policy = LagPolicy("lag", write_timeout_s=options.pop("write_timeout_s"))
     del options["on_failure"]

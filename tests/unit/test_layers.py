@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"observe", "hooks", "ledger", "deadletters", "spool"},
     {"routes", "partitioned", "sink_spec", "recipe"},
     {"steps"},
-    {"fan_out"},
+    {"fan_out", "dispatch"},
     {"spark", "testing"},
     {"app", "__init__", "__main__"},
 ]

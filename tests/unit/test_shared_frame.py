@@ -11,7 +11,7 @@ import pytest
 
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sharing import SharedShape
-from fanout.fan_out import _read_as_given
+from fanout.dispatch.settle import read_as_given
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput, PreparedPartitions
 from fanout.partitioned.task import CommitHooks, PartitionTask
@@ -353,15 +353,15 @@ def test_an_input_started_ahead_and_left_over_is_cancelled_by_the_next_one(
 def test_only_a_single_group_reading_the_batch_as_handed_over_is_followed() -> None:
     given = Frame([])
     state = BatchState(given, BatchInfo("p", 1), share_groups=[("pg", "kafka")])
-    assert _read_as_given(state, given) == ("pg", "kafka")
-    assert _read_as_given(None, given) is None  # refused before a state existed
+    assert read_as_given(state, given) == ("pg", "kafka")
+    assert read_as_given(None, given) is None  # refused before a state existed
     copy = BatchState(Frame([]), BatchInfo("p", 1), share_groups=[("pg", "kafka")])
-    assert _read_as_given(copy, given) is None  # persisted or repartitioned for more readers
+    assert read_as_given(copy, given) is None  # persisted or repartitioned for more readers
     two = BatchState(given, BatchInfo("p", 1), share_groups=[("pg", "kafka"), ("a", "b")])
-    assert _read_as_given(two, given) is None
-    assert _read_as_given(BatchState(given, BatchInfo("p", 1)), given) is None  # none shared
+    assert read_as_given(two, given) is None
+    assert read_as_given(BatchState(given, BatchInfo("p", 1)), given) is None  # none shared
     cached = BatchState(given, BatchInfo("p", 1), share_groups=[("pg", "kafka")], persisted=True)
-    assert _read_as_given(cached, given) is None  # persist() caches the very same DataFrame
+    assert read_as_given(cached, given) is None  # persist() caches the very same DataFrame
 
 
 def test_an_input_started_ahead_is_cancelled_once_the_batch_is_persisted(

@@ -196,7 +196,7 @@ def test_a_first_open_still_running_at_a_refusal_by_the_spool_is_closed_once_it_
         raise RuntimeError("catch-up thread wedged")
 
     if not catch_up_stops:
-        monkeypatch.setattr("fanout.fan_out.CatchUp.stop", stop)
+        monkeypatch.setattr("fanout.steps.catchup.CatchUp.stop", stop)
     slow, m = Slow("L"), Counted("M")
     try:
         with pytest.raises(ConfigurationError, match="sink 'M' still needs batches"):
@@ -439,7 +439,7 @@ def test_a_sink_whose_abandoned_write_runs_at_close_stays_owned_until_it_ends_th
     closes keeps its sink open: released then, another FanOut would open the object again
     under the running write (replacing what it writes with); and once it ended nothing
     closed the sink. Now refused until the write ends, which closes the sink and frees it."""
-    monkeypatch.setattr("fanout.fan_out.CLOSE_WAIT_S", 0.2)
+    monkeypatch.setattr("fanout.dispatch.closing.CLOSE_WAIT_S", 0.2)
     slow = HeldWrite("slow")
     first = FanOut("orders", MemoryLedger(), [Counted("good"), _lags(slow, write_timeout_s=0.2)],
                    backoff_s=0, spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip

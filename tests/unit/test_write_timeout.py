@@ -284,7 +284,7 @@ def test_a_write_that_returns_in_time_is_marked_as_without_a_timeout(tmp_path: P
 def test_close_does_not_wait_for_an_abandoned_write_for_ever(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr("fanout.fan_out.CLOSE_WAIT_S", 0.2)
+    monkeypatch.setattr("fanout.dispatch.closing.CLOSE_WAIT_S", 0.2)
     gate = Gate(0)
     slow = ScriptedSink("slow", on_write=gate)
     fan = _fan(tmp_path, slow, 0.2)
@@ -315,7 +315,7 @@ def test_close_says_a_returned_write_waits_for_its_cancelled_tasks_and_closes_it
     tasks end (up to TASKS_END_S, longer than close waits): close() must not report its
     write as still running, nor leave its sink open for it."""
     tasks_end = threading.Event()
-    monkeypatch.setattr("fanout.fan_out.CLOSE_WAIT_S", 0.2)
+    monkeypatch.setattr("fanout.dispatch.closing.CLOSE_WAIT_S", 0.2)
     monkeypatch.setattr("fanout.steps.timeout.TASKS_END_S", 30.0)
     monkeypatch.setattr(
         "fanout.steps.timeout.running_tasks", lambda session, tag: 0 if tasks_end.is_set() else 1
@@ -469,7 +469,7 @@ def test_close_gives_up_a_catch_up_write_still_within_its_bound(
 
     stop = CatchUp.stop
     monkeypatch.setattr(CatchUp, "stop", lambda self, timeout_s=0.3: stop(self, timeout_s))
-    monkeypatch.setattr("fanout.fan_out.CLOSE_WAIT_S", 0.2)
+    monkeypatch.setattr("fanout.dispatch.closing.CLOSE_WAIT_S", 0.2)
     gate = Gate(0)
     slow = ScriptedSink("slow", always_fail=SinkWriteError("refused", sink="slow"))
     spec = SinkSpec(slow, lag=LagPolicy("lag", write_timeout_s=60))
