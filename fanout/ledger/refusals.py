@@ -72,7 +72,7 @@ def record_admitted(
     """Record that a replay of batch ``batch_id`` of ``epoch`` (planned at
     ``batch_timestamp_ms``) goes on to write it: called right before its first write (past
     every check that may still refuse it unwritten), by every attempt not certainly the
-    batch's first that writes (``FanOut._refuse_unproven_replay``): one
+    batch's first that writes (``Attempts.refuse_unproven_replay``): one
     :func:`refused_unwritten` says ``True`` of (else one killed mid-write would hide behind
     the old refusal), and one that read no row while a ``refused`` row of an earlier attempt
     may still land, in this process or another (numbered from a later read, this row

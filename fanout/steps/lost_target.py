@@ -9,7 +9,7 @@ epoch is asked :meth:`fanout.Sink.holds_batch` about that mark, once per run (ne
 per-batch path), one with none there about its last mark of the newest earlier epoch that
 holds one (:func:`earlier_marks`: a checkpoint reset's first run, asked before the
 reset's new epoch starts, so a refused reset leaves the ledger and the sinks as they were:
-``FanOut._refuse_unmarked``), and a lagging sink
+``TargetChecks.refuse_unmarked``), and a lagging sink
 that could not be opened at the start is asked once it is (before its first write).
 Unless that says ``False`` (or does not answer within the sink's ``write_timeout_s``), a
 sink implementing

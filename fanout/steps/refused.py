@@ -76,7 +76,7 @@ UNRECORDED: Final = (
 
 Attempt = Callable[[], tuple[BatchInfo | None, bool]]
 """What :meth:`PreWrite.left` asks of the attempt that leaves: its context (``None``:
-unreadable) and whether it is certainly the batch's first (``FanOut._first_attempt``)."""
+unreadable) and whether it is certainly the batch's first (``Attempts.first``)."""
 
 
 @dataclass
@@ -187,7 +187,7 @@ class PreWrite:
         began and was given up on in this process (:meth:`left`) is waited for now,
         :data:`RECORD_WAIT_S` at most. ``False``: still under way, it may land after the
         caller reads the batch's rows (then those rows exempt nothing, and an attempt that
-        writes records itself ``admitted`` first: ``FanOut._refused_before_writing``)."""
+        writes records itself ``admitted`` first: ``Attempts.refused_before_writing``)."""
         with _seen_lock:
             landing = self._seen().landing.get(batch_id)
         if landing is None:

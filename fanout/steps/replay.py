@@ -243,7 +243,7 @@ class ReplayCheck:
     """Whether fanout itself refused every earlier attempt of the batch before any write
     (:func:`fanout.ledger.refusals.refused_unwritten`): then nothing of it was written and
     the replay passes. Nothing is recorded yet when this is asked: the caller records the
-    attempt admitted later (``FanOut._admit_refused_replay``, after the gaps and hold-back
+    attempt admitted later (``Attempts.admit_refused_replay``, after the gaps and hold-back
     checks of steps 3a and 3b, right before the first write), so that a refusal by those
     leaves the ``refused`` row the newest word, nothing written."""
 

@@ -6,7 +6,7 @@ batches gone from it, the ledger still counting them, nothing said); a sink lagg
 the reset had its spooled batches of the replaced epoch written into the new empty target
 by the catch-up. A sink with no mark in the current epoch is now asked about its last mark
 of the newest epoch before that holds one, at a reset before the new epoch's claim and
-fences (``FanOut._refuse_unmarked``): a refused reset leaves the ledger and the sinks as
+fences (``TargetChecks.refuse_unmarked``): a refused reset leaves the ledger and the sinks as
 they were, so the replaced checkpoint still resumes, and the same reset run again once the
 target is restored starts the new epoch. The start's unmarked-batch question passes
 rightly: the dropped table holds no batch after the mark, and a lagging sink whose spool

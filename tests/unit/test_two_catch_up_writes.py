@@ -74,7 +74,7 @@ def _reading(fan: FanOut, frames: dict[int, Any]) -> None:
 
 CLOSER = "fanout-twice-catchup-close-after-write"
 """The thread a closed FanOut leaves to close the sinks its catch-up thread still writes
-(``FanOut._close_after_catch_up``)."""
+(``SinkCloser.close_after_catch_up``)."""
 
 
 class Left:
