@@ -319,7 +319,7 @@ class FanOut:
             secrets=self.secrets,
         )
         self._targets = TargetChecks(
-            self.pipeline, self.ledger, self.specs, self.spool, self.lagging,
+            self.pipeline, self.ledger, self.specs, self.sinks, self.spool, self.lagging,
             accepted=self._accept_lost, pipeline_file=self.pipeline_file,
         )  # fmt: skip
         self.lagging.ask_target = self._targets.ask_reopened
@@ -347,7 +347,7 @@ class FanOut:
         )  # fmt: skip
         self._attempts = Attempts(
             self.pipeline, self._runs, self._refusals, self.ledger, self.specs, self.lagging,
-            self._record, self._targets, self.spool, accepted=self._accept_lost,
+            self._record, self.spool, accepted=self._accept_lost,
             pipeline_file=self.pipeline_file,
         )  # fmt: skip
         self._backlog = Backlog(

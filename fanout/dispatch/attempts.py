@@ -8,7 +8,6 @@ from collections.abc import Collection, Mapping
 
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.locations import command_location
-from fanout.dispatch.targets import TargetChecks
 from fanout.errors import SinkRecordsGoneError
 from fanout.ledger.entry import Ledger, ledger_location, now_utc
 from fanout.ledger.refusals import record_admitted, refused_unwritten
@@ -27,9 +26,7 @@ class Attempts:
     ``refusals``: this process's refusals before writing) and what a replay must pass
     before it writes.
 
-    :param accepted: the sinks whose lost target this run accepts.
-    :param targets: the run's target checks, through which a lag sink lags with the
-        refusal."""
+    :param accepted: the sinks whose lost target this run accepts."""
 
     def __init__(
         self,
@@ -40,7 +37,6 @@ class Attempts:
         specs: Mapping[str, SinkSpec],
         lagging: Lagging,
         record: Recorder,
-        targets: TargetChecks,
         spool: Spool | None,
         *,
         accepted: Collection[str],
@@ -53,7 +49,6 @@ class Attempts:
         self.specs = specs
         self.lagging = lagging
         self.record = record
-        self.targets = targets
         self.spool = spool
         self.accepted = accepted
         self.pipeline_file = pipeline_file
@@ -100,7 +95,8 @@ class Attempts:
             batch = Batch(state.df, state.info, name, txn_app_id(self.pipeline, name, epoch))
             self.record.failed(batch, 1, now_utc(), 0.0, refused)
             raise
-        self.targets.lose(lost)  # each lags, its failed attempt recorded at 3b (hold_back)
+        for name, error in lost.items():  # each lags, its failed attempt recorded at 3b (hold_back)
+            self.lagging.lose(name, error)
         doubt(state, opened, check)  # spooled so, its catch-up asks (steps/replay_lag)
         return admit
 

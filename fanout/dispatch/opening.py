@@ -107,7 +107,8 @@ class SinkOpener:
     ``write_timeout_s`` (:attr:`opening`).
 
     :attr:`secrets` is gathered again after each sink's ``open`` (which may fetch a
-    credential), for the next sink's context and open error."""
+    credential), for the next sink's context and open error; it serves the start only:
+    the FanOut's own ``secrets``, gathered again later, are the run's."""
 
     def __init__(
         self,

@@ -39,6 +39,7 @@ class TargetChecks:
         pipeline: str,
         ledger: Ledger,
         specs: Mapping[str, SinkSpec],
+        sinks: Mapping[str, Sink],
         spool: Spool | None,
         lagging: Lagging,
         *,
@@ -48,7 +49,7 @@ class TargetChecks:
         self.pipeline = pipeline
         self.ledger = ledger
         self.specs = specs
-        self.sinks: dict[str, Sink] = {name: spec.sink for name, spec in specs.items()}
+        self.sinks = sinks  # the FanOut's own mapping
         self.spool = spool
         self.lagging = lagging
         self.accepted = accepted
