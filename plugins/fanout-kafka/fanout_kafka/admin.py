@@ -357,7 +357,7 @@ def create_missing_topics(
 
 def topic_missing(
     sink: str,
-    bootstrap_servers: str | None,
+    bootstrap_servers: str | Sequence[str] | None,
     producer: Mapping[str, Any],
     timeout_s: float,
     topic: str | None,

@@ -36,9 +36,7 @@ def check_columns(
     wanted = {
         "key": key or (),
         "order_by": columns(sink, "order_by", order_by) or (),
-        "headers": ()
-        if isinstance(headers, bool)
-        else columns(sink, "headers", headers) or (),
+        "headers": () if isinstance(headers, bool) else columns(sink, "headers", headers) or (),
         "value": () if value == "json" else (value,),
     }
     missing = sorted({c for cols in wanted.values() for c in cols if c not in names})

@@ -305,6 +305,4 @@ def check_producer_accepted(
     try:
         Producer(config)  # librdkafka checks names and values; no connection needed
     except (KafkaException, ValueError, TypeError) as exc:
-        raise ConfigurationError(
-            f"Kafka sink {sink!r}: invalid producer settings: {exc}"
-        ) from None
+        raise ConfigurationError(f"Kafka sink {sink!r}: invalid producer settings: {exc}") from None

@@ -219,7 +219,6 @@ class KafkaSink(PartitionedSink):
         # vanished name's batch at the topic's end (fanout_kafka.renamed): open()
         self._vanished_unasked: tuple[str, ...] = ()
 
-
     # -- lifecycle ------------------------------------------------------------------------
 
     def open(self, context: SinkContext) -> None:
