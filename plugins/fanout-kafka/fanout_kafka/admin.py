@@ -5,15 +5,28 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from fanout.errors import ConfigurationError, SinkUnreachableError
+from fanout.errors import (
+    ConfigurationError,
+    SinkUnreachableError,
+    SinkWriteError,
+    TransientSinkError,
+)
 from fanout_kafka.driver_admins import close_admin
-from fanout_kafka.options import TopicSpec, connection_settings
+from fanout_kafka.options import (
+    KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
+    TopicSpec,
+    client_batch_size,
+    connection_settings,
+)
+
+if TYPE_CHECKING:
+    from fanout.contract.sink import SinkContext
 
 log = logging.getLogger("fanout_kafka")
 
@@ -238,3 +251,122 @@ class Cluster:
 def _err_text(exc: KafkaException) -> str:
     err = exc.args[0] if exc.args else None
     return err.str() if isinstance(err, KafkaError) else str(exc)
+
+
+def topic_limit(cluster: Any, topic: str, spec: TopicSpec | None = None) -> int:
+    """A topic's record batch limit: its ``max.message.bytes`` (for a topic still to be
+    created, the one ``spec`` creates it with), else the broker's ``message.max.bytes``,
+    else Kafka's default."""
+    if cluster.partitions(topic) is None:
+        topic_limit = spec.config.get("max.message.bytes") if spec is not None else None
+    else:
+        topic_limit = cluster.topic_config(topic, "max.message.bytes")
+    limit = topic_limit or cluster.broker_config("message.max.bytes")
+    return int(limit) if limit else KAFKA_DEFAULT_MAX_MESSAGE_BYTES
+
+
+def check_topics(
+    cluster: Any,
+    context: SinkContext,
+    topics: Sequence[tuple[str, str, TopicSpec | None, int | None]],
+    missing: list[tuple[str, str]],
+) -> None:
+    """``open()``'s check of each of ``topics`` (topic, option, spec, partitions): with
+    ``context.checking`` (``fanout validate``) only checked, telling ``context.would``
+    which would be created; the marker topic (fanout's own records, not a target) created
+    if missing; a target missing that ``create_topic`` allows appended to ``missing``, to
+    be created at the first write (:func:`create_missing_topics`)."""
+    for topic, option, topic_spec, partitions in topics:
+        if context.checking:  # fanout validate: create nothing, say what would be
+            change = cluster.check_topic(topic, option, topic_spec, partitions=partitions)
+            if change is not None:
+                context.would(change)
+        elif option == "marker_topic":  # fanout's own records, not a target
+            cluster.ensure_topic(topic, option, topic_spec, partitions=partitions)
+        elif cluster.check_topic(topic, option, topic_spec) is not None:
+            missing.append((topic, option))
+
+
+def check_transaction_timeout(cluster: Any, sink: str, transaction_timeout_ms: int) -> None:
+    """Refuse a ``transaction_timeout_ms`` over the broker's
+    ``transaction.max.timeout.ms`` (:class:`fanout.ConfigurationError`)."""
+    ceiling = cluster.broker_config("transaction.max.timeout.ms")
+    if ceiling is not None and transaction_timeout_ms > int(ceiling):
+        raise ConfigurationError(
+            f"Kafka sink {sink!r}: option 'transaction_timeout_ms' ({transaction_timeout_ms}) "
+            f"is over the broker's transaction.max.timeout.ms ({ceiling}); lower it"
+        )
+
+
+def cap_batch_size(
+    cluster: Any,
+    sink: str,
+    producer: Mapping[str, Any],
+    limits: dict[str, int],
+    dead_topic: str | None,
+    spec: TopicSpec | None,
+) -> int:
+    """The record batch limit of the topics the producers write batches to (``limits``:
+    the target's, by name, and a dead-letter topic's, ``dead_topic``, resolved here): the
+    least. Their ``batch.size`` is capped to it
+    (:func:`fanout_kafka.settings.producer_config`), saying so when it is."""
+    if dead_topic is not None:
+        limits[dead_topic] = topic_limit(cluster, dead_topic, spec)
+    topic, limit = min(limits.items(), key=lambda item: item[1])
+    wanted = client_batch_size(producer)
+    if wanted > limit:
+        log.info(
+            "sink %r: producer batch.size %d capped to %d, the max.message.bytes of topic "
+            "%r: the broker refuses a larger record batch whole, records that fit with it",
+            sink, wanted, limit, topic,
+        )  # fmt: skip
+    return limit
+
+
+def create_missing_topics(
+    sink: str,
+    bootstrap_servers: str,
+    producer: Mapping[str, Any],
+    timeout_s: float,
+    to_create: list[tuple[str, str]],
+    spec: TopicSpec | None,
+    batch_id: int,
+) -> None:
+    """Create the topics ``open()`` found missing (``to_create``: topic, option), each
+    removed from it once created: one admin connection.
+
+    :raises fanout.TransientSinkError: when the brokers are out of reach or refuse the
+        connection (worth a retry).
+    :raises fanout.SinkWriteError: when a topic cannot be created.
+    """
+    with Cluster(sink, bootstrap_servers, producer, timeout_s) as cluster:
+        try:
+            cluster.connect()
+        except ConfigurationError as exc:  # out of reach, or refused: worth a retry
+            said = str(exc).removeprefix(f"sink {sink!r}: ")
+            said = said.removeprefix(f"Kafka sink {sink!r}: ")
+            raise TransientSinkError(said, sink=sink, batch_id=batch_id) from exc
+        while to_create:
+            topic, option = to_create[0]
+            try:
+                cluster.ensure_topic(topic, option, spec)
+            except ConfigurationError as exc:
+                raise SinkWriteError(str(exc), sink=sink, batch_id=batch_id) from exc
+            to_create.pop(0)
+
+
+def topic_missing(
+    sink: str,
+    bootstrap_servers: str | Sequence[str] | None,
+    producer: Mapping[str, Any],
+    timeout_s: float,
+    topic: str | None,
+) -> bool:
+    """Whether ``topic`` does not exist (one metadata request; ``False`` without a topic
+    or brokers)."""
+    if topic is None or bootstrap_servers is None:
+        return False
+    servers = str(bootstrap_servers)
+    with Cluster(sink, servers, producer, timeout_s) as cluster:
+        cluster.connect()
+        return cluster.partitions(topic) is None

@@ -1,13 +1,21 @@
 """How the Kafka sink tells failures apart: retriable, abortable, fenced or fatal, bad
-records. Used on the executors by :mod:`fanout_kafka.transaction`."""
+records. Used on the executors by :mod:`fanout_kafka.transaction`, and on the driver for a
+batch's one error from its partitions' (:func:`batch_failure`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from confluent_kafka import KafkaError, KafkaException
 
-from fanout.errors import TransientSinkError
+from fanout.errors import SinkError, SinkWriteError, TransientSinkError
+from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
 from fanout_kafka.records import BadRecord
 from fanout_kafka.reruns import MarkerHeldBack
+
+if TYPE_CHECKING:
+    from fanout.partitioned.outcome import PartitionOutcome
 
 FENCED_CODES = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
@@ -154,3 +162,44 @@ def describe(
         else "transaction aborted"
     )
     return f"{where}: {action}: {text(exc)}"
+
+
+_FAILURE_ORDER = (
+    "fenced",
+    "timeout",
+    "fatal",
+    "bad_record",
+    "error",
+    "abortable",
+    "retriable",
+    "aborted",
+)
+"""The partitions' failure kinds, worst first: the worst names the batch's error."""
+
+
+def batch_failure(
+    sink: str,
+    batch_id: int,
+    failed: Sequence[PartitionOutcome],
+    outcomes: Sequence[PartitionOutcome],
+) -> SinkError:
+    """The driver's one error for a batch whose partitions ``failed`` (of ``outcomes``),
+    naming every failed partition's cause; its class by the worst kind: fenced, then bad
+    record, then aborted (transient) when all are transient."""
+    done = [o.partition for o in outcomes if o.status in ("committed", "skipped")]
+    lines = [
+        f"{len(failed)} of {len(outcomes)} partition(s) failed; partitions holding the "
+        f"batch (skipped on replay): {done or 'none'}"
+    ]
+    lines += [f"  - {o.failure.message}" for o in failed if o.failure is not None]
+    message = "\n".join(lines)
+    kinds = {o.failure.kind for o in failed if o.failure is not None}
+    worst = next((k for k in _FAILURE_ORDER if k in kinds), "error")
+    error_class: type[SinkError] = SinkWriteError
+    if worst == "fenced":
+        error_class = KafkaFencedError
+    elif worst == "bad_record":
+        error_class = KafkaBadRecordError
+    elif all(o.failure is not None and o.failure.transient for o in failed):
+        error_class = KafkaAbortedError
+    return error_class(message, sink=sink, batch_id=batch_id)

@@ -45,12 +45,19 @@ Kafka a task of the replaced run still alive could commit beside the new epoch
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+from fanout.errors import TransientSinkError
+from fanout.observe.secrets import redact
 
 if TYPE_CHECKING:
     from fanout_kafka.settings import WriterSettings
+
+log = logging.getLogger("fanout_kafka")
 
 
 def ids_group(scope: str, sink: str) -> str:
@@ -216,11 +223,134 @@ def record_prefix(settings: WriterSettings, timeout_s: float) -> None:
     commit_offset(ADMINS.client(config), settings.marker_topic, group, int(offset), timeout_s)
 
 
+@dataclass(frozen=True)
+class FormerPrefix:
+    """What the prefix records say at a sink's first batch of an ``open()``
+    (:func:`read_former_prefix`).
+
+    :param here: the prefix recorded in the batch's scope (``None``: none).
+    :param former: the prefix the sink last wrote under: ``here``, or in a new epoch's
+        scope with no record yet, the newest earlier epoch's (``None``: none).
+    :param span: how many partitions' ids of ``former`` to fence.
+    """
+
+    here: str | None
+    former: str | None
+    span: int
+
+
+def read_former_prefix(
+    settings: WriterSettings, span: int, batch_id: int, timeout_s: float, secrets: Sequence[str]
+) -> FormerPrefix | None:
+    """The prefix recorded in ``settings.scope`` and, in a new epoch's scope with no record
+    yet, the newest earlier epoch's record too (a prefix changed together with a checkpoint
+    reset, or two), with the partition span of that epoch when it is more than ``span``:
+    one offset read, one record read when one was recorded. ``None``: the records cannot
+    be read and the brokers refuse the rights (:func:`prefix_unrecorded`, warned).
+
+    :raises fanout.TransientSinkError: when they cannot be read otherwise.
+    """
+    from confluent_kafka import KafkaException
+
+    prefix = settings.transactional_id_prefix
+    former_span = span
+    try:
+        here = former = recorded_prefix(settings, timeout_s)
+        epoch = settings.info.epoch if settings.info is not None else 0
+        if here is None and epoch > 0:  # a new epoch's first: the newest earlier record
+            found = newest_earlier_record(settings, epoch, timeout_s)
+            former = None if found is None else found[1]
+            if found is not None and former != prefix:
+                before = replace(settings, scope=found[0])
+                former_span = max(span, recorded_span(before, timeout_s))  # its ids, not ours
+    except (KafkaException, TimeoutError) as exc:
+        prefix_unrecorded(settings, exc, batch_id, secrets)
+        return None
+    return FormerPrefix(here, former, former_span)
+
+
+def fence_former_and_record(
+    settings: WriterSettings,
+    found: FormerPrefix,
+    batch_id: int,
+    timeout_s: float,
+    secrets: Sequence[str],
+) -> None:
+    """Fence the ids of ``found.former`` when it is not the prefix in use
+    (:func:`fanout_kafka.abandoned.fence_legacy_transactions`), then record the prefix in
+    use where ``found.here`` is not it (:func:`record_prefix`): one record and one commit
+    when it changed.
+
+    :raises fanout.TransientSinkError: when the ids cannot be fenced or the record
+        written, unless the brokers refuse the rights (:func:`prefix_unrecorded`).
+    """
+    from confluent_kafka import KafkaException
+
+    from fanout_kafka.abandoned import fence_legacy_transactions
+
+    prefix = settings.transactional_id_prefix
+    try:
+        if found.former is not None and found.former != prefix:
+            log.info(
+                "sink %r: transactional_id_prefix was %r in the last run (now %r): its "
+                "ids fenced before the markers are read", settings.sink, found.former, prefix,
+            )  # fmt: skip
+            fence_legacy_transactions(settings, found.former, found.span, batch_id)
+        if found.here != prefix:
+            record_prefix(settings, timeout_s)
+    except (KafkaException, TimeoutError) as exc:
+        prefix_unrecorded(settings, exc, batch_id, secrets)
+
+
+def prefix_unrecorded(
+    settings: WriterSettings, exc: BaseException, batch_id: int, secrets: Sequence[str]
+) -> None:
+    """The prefix record could not be read or written (``exc``): warned when the brokers
+    refuse the rights (:func:`rights_refused`: a record on the marker topic, needed nowhere
+    else without Delta dead letters; refusing would stop every run's first batch), else
+    refused.
+
+    :raises fanout.TransientSinkError: unless the rights were refused.
+    """
+    if rights_refused(exc):
+        log.warning(
+            "sink %r: cannot read or record its transactional_id_prefix on marker "
+            "topic %r (%s): a prefix changed between a crash and its replay is not "
+            "fenced; grant the sink's principal READ and WRITE on that topic, or "
+            "change the prefix only after a clean stop", settings.sink,
+            settings.marker_topic, redact(str(exc), secrets),
+        )  # fmt: skip
+        return
+    raise TransientSinkError(
+        f"cannot read or record the sink's transactional_id_prefix on marker topic "
+        f"{settings.marker_topic!r} (read before the markers): "
+        f"{redact(str(exc), secrets)}",
+        sink=settings.sink, batch_id=batch_id,
+    ) from exc  # fmt: skip
+
+
+def recorded_span(settings: WriterSettings, timeout_s: float) -> int:
+    """The partition span recorded in ``settings.scope`` (0 when none: one request)."""
+    from fanout_kafka.driver_admins import admin_config
+    from fanout_kafka.markers import span_group
+    from fanout_kafka.membership import read_offsets
+
+    config = admin_config(settings.producer, settings.bootstrap_servers)
+    group = span_group(settings.scope, settings.sink)
+    (span,) = read_offsets(config, settings.marker_topic, [group], timeout_s)
+    return max(span, 0)
+
+
 __all__ = [
+    "FormerPrefix",
+    "fence_former_and_record",
     "ids_group",
     "newest_earlier_record",
     "prefix_in_scope",
+    "prefix_unrecorded",
+    "read_former_prefix",
     "record_prefix",
     "recorded_prefix",
+    "recorded_span",
     "rights_refused",
 ]

@@ -16,17 +16,24 @@ changed within an epoch, is taken as that count's batch.)
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from fanout.deadletters.held import refused_rows_held
+from fanout.ledger.gaps import ledger_note, skip_command
+from fanout.observe.secrets import redact
 from fanout_kafka import journal
 from fanout_kafka.driver_admins import admin_config
 from fanout_kafka.membership import read_offsets
 
 if TYPE_CHECKING:
+    from fanout.contract.dead_letters import DeadLetterTarget
     from fanout_kafka.settings import WriterSettings
+
+log = logging.getLogger("fanout_kafka")
 
 _JUMP = 256
 """Journals closer than this many offsets are reached by reading on, not by a new fetch."""
@@ -154,4 +161,70 @@ def read_journals(
     return found
 
 
-__all__ = ["NamedLetters", "named_letters", "read_journals"]
+def letters_waiting(
+    settings: WriterSettings,
+    dead: DeadLetterTarget,
+    pipeline: str,
+    epoch: int,
+    batch_id: int,
+    partitions: int,
+    name: str,
+    *,
+    topic: str | None,
+    secrets: Sequence[str],
+) -> int:
+    """How many letters the batch's committed partitions (``0 .. partitions-1``, of sink
+    ``name``) named in their journals that the dead-letter target ``dead`` (not a topic: a
+    topic's are in the transactions) does not hold: the task parks them after its commit,
+    and one killed in between leaves them to the batch's replay. A target that cannot say
+    what it holds (no ``read_rows``), or whose read fails, holds none. The letters are
+    counted from the partitions' refused groups, read in one request round, and a journal
+    (one consumer for all) only where its commit recorded no count (:func:`named_letters`);
+    the target is read only when they named letters. Such a journal gone counts as one
+    letter waiting (logged, naming ``topic``, the sink's; ``secrets`` masked)."""
+    found = named_letters(settings, batch_id, partitions)
+    named = found.counted
+    if not named and not found.unknown:
+        return 0
+    kept = refused_rows_held(dead, pipeline, name, (epoch, batch_id),
+                             secrets=secrets, logger=log)  # fmt: skip
+    if not found.unknown:
+        return max(named - kept, 0)
+    _log_journals_gone(settings, dead, pipeline, epoch, batch_id, found.unknown,
+                       topic=topic, secrets=secrets)  # fmt: skip
+    return max(named - kept, 0) + len(found.unknown)
+
+
+def _log_journals_gone(
+    settings: WriterSettings,
+    dead: DeadLetterTarget,
+    pipeline: str,
+    epoch: int,
+    batch_id: int,
+    gone: Sequence[tuple[int, int]],
+    *,
+    topic: str | None,
+    secrets: Sequence[str],
+) -> None:
+    """Say which partitions' letters cannot be counted, and what the user can do."""
+    where = dead.describe()
+    parts = ", ".join(f"{p} (offset {position})" for p, position in gone)
+    log.warning(
+        "sink %r, batch %d: the letters journal of partition(s) %s on marker topic %r is "
+        "gone (the topic's retention or compaction removed it; the partitions' offsets "
+        "still point at it), and their commits recorded no letter count (fanout before "
+        "a count for a Delta table): cannot tell whether they set rows of this batch aside "
+        "for %s. Counted as one waiting letter each, so the batch reads as held in part: "
+        "a new epoch is refused and `fanout recover` records no lost mark. A replay "
+        "cannot write them either (it rebuilds them from the journal). Every partition "
+        "committed its rows to %r: if you accept that those partitions' refused rows of "
+        "batch %d may be missing from %s, record the batch for this sink with `%s`%s "
+        "and restart the query.",
+        settings.sink, batch_id, parts, settings.marker_topic, redact(where, secrets),
+        topic, batch_id, redact(where, secrets),
+        skip_command(settings.ledger, pipeline, settings.sink, batch_id, epoch),
+        ledger_note(settings.ledger),
+    )  # fmt: skip
+
+
+__all__ = ["NamedLetters", "letters_waiting", "named_letters", "read_journals"]

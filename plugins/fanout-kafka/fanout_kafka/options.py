@@ -256,3 +256,59 @@ def _as_int(value: Any, default: int) -> int:
         return int(value)
     except (TypeError, ValueError):
         return default
+
+
+def check_sink_options(
+    sink: str,
+    *,
+    bootstrap_servers: Any,
+    topic: Any,
+    marker_topic: Any,
+    partitions: Any,
+    transaction_timeout_ms: Any,
+    value: Any,
+    headers: Any,
+    key: Any,
+    order_by: Any,
+    dead_letter: Any,
+    dead_topic: str | None,
+    create_topic: Any,
+    max_record_bytes: Any,
+    open_timeout_s: Any,
+) -> None:
+    """The options of Kafka sink ``sink`` as given (``open()``'s first check):
+    ``bootstrap_servers`` and ``topic`` there, the topic names legal and distinct (a
+    dead-letter topic, ``dead_topic``, too), the counts positive, the columns named well,
+    ``create_topic`` parsed (:func:`parse_create_topic`)."""
+
+    def error(message: str) -> ConfigurationError:
+        return ConfigurationError(f"Kafka sink {sink!r}: {message}")
+
+    if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+        raise error("option 'bootstrap_servers' is required (host:port[,host:port])")
+    if topic is None:
+        raise error("option 'topic' is required")
+    check_topic_name(sink, "topic", topic)
+    check_topic_name(sink, "marker_topic", marker_topic)
+    if marker_topic == topic:
+        raise error("options 'topic' and 'marker_topic' must differ")
+    counts = {"partitions": partitions, "transaction_timeout_ms": transaction_timeout_ms}
+    for option, count in counts.items():
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise error(f"option {option!r} must be a positive integer, got {count!r}")
+    if not isinstance(value, str) or not value:
+        raise error(f"option 'value' must be 'json' or a column name, got {value!r}")
+    if not isinstance(headers, bool):
+        check_header_columns(sink, columns(sink, "headers", headers) or ())
+    columns(sink, "key", key)
+    columns(sink, "order_by", order_by)
+    if dead_letter is not None and not isinstance(dead_letter, str):
+        raise error("option 'dead_letter' must be a string: 'kafka:<topic>' or a path")
+    if dead_topic is not None and dead_topic in (topic, marker_topic):
+        raise error("option 'dead_letter' must not be the topic or the marker topic")
+    parse_create_topic(sink, create_topic)
+    limit = max_record_bytes
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise error(f"option 'max_record_bytes' must be a positive integer, got {limit!r}")
+    if not isinstance(open_timeout_s, int | float) or open_timeout_s <= 0:
+        raise error("option 'open_timeout_s' must be a positive number of seconds")

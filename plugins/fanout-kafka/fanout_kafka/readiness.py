@@ -318,6 +318,38 @@ def check_transactions(
         client.close()  # no transaction begun: nothing to abort
 
 
+def check_ready(
+    cluster: Any,
+    topics: Sequence[tuple[str, str]],
+    *,
+    sink: str,
+    pipeline: str,
+    bootstrap_servers: str,
+    producer: Mapping[str, Any],
+    prefix: str,
+    transaction_timeout_ms: int,
+    timeout_s: float,
+    end_turns: str | None,
+) -> None:
+    """``fanout validate``'s checks beyond a run's ``open()``, for sink ``sink`` and its
+    ``topics`` (topic, option): the topics' partitions have leaders
+    (:func:`check_partitions`), the principal's rights on them and on its marker groups
+    where the broker says (:func:`check_topic_rights`, :func:`check_group_rights`), and a
+    transactional producer of the sink's prefix initialises (:func:`check_transactions`).
+
+    :raises fanout.ConfigurationError: at the first that fails."""
+    from fanout_kafka.markers import marker_group
+
+    for topic, option in topics:
+        check_partitions(cluster, topic, option)
+    check_topic_rights(cluster, producer, topics)
+    check_group_rights(cluster, producer, marker_group(pipeline, sink, 0),
+                       f"fanout/{pipeline}")  # fmt: skip
+    check_transactions(
+        sink, bootstrap_servers, producer, prefix, transaction_timeout_ms, timeout_s, end_turns,
+    )  # fmt: skip
+
+
 def markers_gone(
     admin_config: Mapping[str, Any], *, marker_topic: str, pipeline: str, sink: str,
     partitions: int, last_mark: tuple[int, int], topic: str, timeout_s: float,
@@ -357,6 +389,7 @@ __all__ = [
     "VALIDATE_SUFFIX",
     "check_group_rights",
     "check_partitions",
+    "check_ready",
     "check_topic_rights",
     "check_transactions",
     "group_refusal",

@@ -145,6 +145,46 @@ def say_unusable_retention(sink: str, bootstrap_servers: str, value: str | None)
     )  # fmt: skip
 
 
+MARKER_RETENTION_WARN_MINUTES = 7 * 24 * 60
+"""Below a week of marker retention (Kafka's default), ``open()`` warns."""
+
+
+def say_marker_retention(
+    sink: str, bootstrap_servers: str, value: str | None, *, tansu: bool
+) -> None:
+    """Markers are offsets of member-less groups, which the broker forgets after
+    ``offsets.retention.minutes`` (``value``, as the brokers report it): a query restarted
+    later than that after a crash in the middle of a batch writes that batch's committed
+    partitions again. Say how long the window is (a warning when it is under a week).
+    Brokers that do not report it (``describe_configs`` refused or unanswered), or report
+    an unusable value, are warned of once per process, brokers and value, at info level
+    after (:func:`say_unusable_retention`), naming what fanout assumes (Kafka's default,
+    perhaps longer than theirs) and that it renews the markers hourly instead; Tansu
+    (``tansu``), which reports none and keeps offsets for ever, only at info level."""
+    minutes = retention_minutes(value)
+    if minutes is None:
+        if tansu:  # Tansu (open() knows it by its cluster id)
+            log.info(
+                "sink %r: the broker (Tansu) does not report offsets.retention.minutes "
+                "and expires no committed offset: the partition markers last as long as "
+                "its storage keeps them", sink,
+            )  # fmt: skip
+            return
+        say_unusable_retention(sink, bootstrap_servers, value)
+        return
+    level = logging.WARNING if minutes < MARKER_RETENTION_WARN_MINUTES else logging.INFO
+    log.log(
+        level,
+        "sink %r: the broker forgets partition markers %d minute(s) (%.1f days) after "
+        "their last commit (offsets.retention.minutes): restart a query that failed in "
+        "the middle of a batch within that time, or the partitions it had committed are "
+        "written again; raise offsets.retention.minutes on the brokers to widen the window",
+        sink,
+        minutes,
+        minutes / 1440,
+    )
+
+
 def renewal_interval_s(
     retention: str | int | None, *, unreported_s: float = UNREPORTED_RENEWAL_S
 ) -> float:
@@ -262,6 +302,70 @@ def renew_markers(
     return renewal
 
 
+def marker_renewal_interval_s(
+    configured: float | None, retention: str | None, *, tansu: bool
+) -> float:
+    """How long after a renewal of a scope's marker groups a batch renews them again:
+    ``configured`` (the sink's ``marker_renewal_s``), else half the brokers'
+    ``offsets.retention.minutes`` (``retention``, as ``open()`` read it); when they do not
+    report it, hourly (:data:`UNREPORTED_RENEWAL_S`: theirs may be shorter than the default
+    assumed), or on Tansu (``tansu``: keeps offsets for ever) half Kafka's default."""
+    if configured is not None:
+        return configured
+    unreported = KAFKA_OFFSETS_RETENTION_MINUTES * 30.0 if tansu else UNREPORTED_RENEWAL_S
+    return renewal_interval_s(retention, unreported_s=unreported)
+
+
+@dataclass(frozen=True)
+class RenewalSchedule:
+    """When a sink renews each scope's marker groups, by its times (``time.monotonic``)
+    per scope of this ``open()``: of the last complete renewal (``renewed``), of the last
+    one that failed (``failed``) and of the last warning of one (``warned``). The sink's
+    own mappings, updated in place.
+
+    :param interval_s: how long after a complete renewal the next is due
+        (:func:`marker_renewal_interval_s`).
+    :param retry_s: how long after a renewal that failed it is tried again (at most
+        ``interval_s``).
+    """
+
+    renewed: dict[str, float]
+    failed: dict[str, float]
+    warned: dict[str, float]
+    interval_s: float
+    retry_s: float
+
+    def renew_when_due(self, settings: WriterSettings, span: int, batch_id: int) -> None:
+        """Commit the scope's marker groups again (:func:`renew_markers`) at the first
+        batch of the ``open()`` in the scope, and at a later batch once the last complete
+        renewal is ``interval_s`` old: no request in the other batches. A renewal that
+        failed (for some writer, reading the markers, or raising) is tried again at the
+        first batch ``retry_s`` later; its failures are warned at most once per scope and
+        interval (at debug level between)."""
+        interval = self.interval_s
+        scope = settings.scope
+        last = self.renewed.get(scope)
+        now = time.monotonic()  # before the commits: the retention counts from after it
+        if last is not None and now - last < interval:
+            return
+        failed = self.failed.get(scope)
+        if failed is not None and now - failed < min(self.retry_s, interval):
+            return
+        warned = self.warned.get(scope)
+        warn = warned is None or now - warned >= interval
+        complete = False
+        try:
+            complete = renew_markers(settings, span, batch_id, warn=warn).complete
+        finally:
+            if complete:
+                self.renewed[scope] = now
+                self.failed.pop(scope, None)
+            else:  # counted from its end: a try that waited out its timeout is not retried at once
+                self.failed[scope] = time.monotonic()
+                if warn:
+                    self.warned[scope] = now
+
+
 def _end(settings: WriterSettings, ids: list[str], batch_id: int, secrets: Sequence[str]) -> None:
     """Initialise ``ids`` again (:func:`fanout_kafka.abandoned.end_transactions`).
 
@@ -342,13 +446,17 @@ def _said(error: BaseException, secrets: Sequence[str]) -> str:
 
 __all__ = [
     "KAFKA_OFFSETS_RETENTION_MINUTES",
+    "MARKER_RETENTION_WARN_MINUTES",
     "ROUTE",
     "UNREPORTED_RENEWAL_S",
     "Renewal",
+    "RenewalSchedule",
     "Writer",
+    "marker_renewal_interval_s",
     "renew_markers",
     "renewal_interval_s",
     "retention_minutes",
+    "say_marker_retention",
     "say_unusable_retention",
     "writers",
 ]

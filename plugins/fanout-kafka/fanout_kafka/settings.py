@@ -284,3 +284,25 @@ def scope_of(txn_app_id: str, sink: str) -> str:
     pipeline name, or ``<pipeline>@e<epoch>`` after an accepted checkpoint reset, so the
     markers of a new epoch start afresh like every other idempotency record."""
     return txn_app_id.removeprefix("fanout/").removesuffix(f"/{sink}")
+
+
+def check_producer_accepted(
+    sink: str,
+    producer: Mapping[str, Any],
+    bootstrap_servers: str,
+    prefix: str | None,
+    transaction_timeout_ms: int,
+) -> None:
+    """librdkafka accepts the names and values of the producer settings the sink's
+    partitions would use (:func:`producer_config`; no connection needed).
+
+    :raises fanout.ConfigurationError: naming what it refused."""
+    from confluent_kafka import KafkaException, Producer
+
+    from fanout.errors import ConfigurationError
+
+    config = producer_config(producer, bootstrap_servers, f"{prefix}-0", transaction_timeout_ms)
+    try:
+        Producer(config)  # librdkafka checks names and values; no connection needed
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise ConfigurationError(f"Kafka sink {sink!r}: invalid producer settings: {exc}") from None

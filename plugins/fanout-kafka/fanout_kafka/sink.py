@@ -13,6 +13,16 @@ Design decisions:
   last stable offset (what ``read_committed`` readers wait for) moving.
 - Partition failures come back as data, not as Spark task failures: the driver sees every
   partition's fate and raises one error naming the sink, the batch and each cause.
+
+The class shows the sink's contract: its hooks (lifecycle, the partitioned-sink kit, the
+driver's lost-target and epoch questions, configuration) each say what they decide and hand
+the long work to a module named for it, given the state it needs: :mod:`fanout_kafka.admin`
+(``open()``'s checks against the brokers), :mod:`fanout_kafka.readiness` (``fanout
+validate``'s), :mod:`fanout_kafka.holding` (what the markers say of a batch),
+:mod:`fanout_kafka.letters`, :mod:`fanout_kafka.renewal`, :mod:`fanout_kafka.former_ids`,
+:mod:`fanout_kafka.topic_id`, :mod:`fanout_kafka.vanished` (the first write's read for a
+vanished writer), :mod:`fanout_kafka.schema`, :mod:`fanout_kafka.failures`. What a run keeps
+between batches stays on the sink (it is pickled to the executors as it is).
 """
 
 from __future__ import annotations
@@ -24,43 +34,32 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from fanout.contract.batch import Batch, txn_app_id
+from fanout.contract.batch import Batch, BatchInfo, pipeline_scope, txn_app_id
 from fanout.contract.dead_letters import DeadLetterTarget
 from fanout.contract.sink import Guarantee, PartlyHeld, SinkContext
-from fanout.deadletters.held import refused_rows_held
-from fanout.errors import (
-    ConfigurationError,
-    SchemaMismatchError,
-    SinkError,
-    SinkWriteError,
-    TransientSinkError,
-)
-from fanout.ledger.gaps import ledger_note, skip_command
-from fanout.observe.secrets import redact
-from fanout.partitioned.membership import (
-    WHOLE_ROW,
-    CommittedPartition,
-    PartitionPlan,
-    check_hashable,
-)
+from fanout.errors import ConfigurationError, SinkError, TransientSinkError
+from fanout.partitioned.membership import WHOLE_ROW, CommittedPartition, PartitionPlan
 from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout.routes.route import route_of
 from fanout_kafka.abandoned import end_abandoned_transactions, fence_legacy_transactions
 from fanout_kafka.declaration import OPTIONS
 from fanout_kafka.driver_admins import ADMINS, admin_config
-from fanout_kafka.errors import KafkaAbortedError, KafkaBadRecordError, KafkaFencedError
+from fanout_kafka.failures import batch_failure
 from fanout_kafka.fence import ScopeFence
-from fanout_kafka.json_types import unwritable
-from fanout_kafka.markers import default_transactional_id_prefix, legacy_transactional_id_prefix
+from fanout_kafka.former_ids import fence_former_and_record, read_former_prefix
+from fanout_kafka.holding import markers_hold
+from fanout_kafka.letters import letters_waiting
+from fanout_kafka.markers import (
+    default_transactional_id_prefix,
+    legacy_transactional_id_prefix,
+    marker_group,
+)
 from fanout_kafka.membership import forget_elsewhere_checks, read_committed, record_span
 from fanout_kafka.options import (
-    KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
     TopicSpec,
-    check_header_columns,
     check_producer_settings,
-    check_topic_name,
-    client_batch_size,
+    check_sink_options,
     client_max_message_bytes,
     columns,
     parse_create_topic,
@@ -68,49 +67,24 @@ from fanout_kafka.options import (
 )
 from fanout_kafka.records import RECORD_BATCH_HEADER_BYTES, Encoder, batch_headers
 from fanout_kafka.renewal import (
-    KAFKA_OFFSETS_RETENTION_MINUTES,
-    UNREPORTED_RENEWAL_S,
-    renew_markers,
-    renewal_interval_s,
-    retention_minutes,
-    say_unusable_retention,
+    MARKER_RETENTION_WARN_MINUTES,
+    RenewalSchedule,
+    marker_renewal_interval_s,
+    say_marker_retention,
 )
 from fanout_kafka.reruns import new_attempt
 from fanout_kafka.rivals import speculation_of
-from fanout_kafka.settings import WriterSettings, producer_config, scope_of
+from fanout_kafka.schema import check_columns
+from fanout_kafka.settings import WriterSettings, check_producer_accepted, scope_of
 from fanout_kafka.task import KafkaPartitionWriter
+from fanout_kafka.topic_id import commit_run_topic_id, recorded_for, replaced_since
 from fanout_kafka.turns import needs_turns, turn_file
+from fanout_kafka.vanished import TailCheck
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger("fanout_kafka")
-
-MARKER_RETENTION_WARN_MINUTES = 7 * 24 * 60
-"""Below a week of marker retention (Kafka's default), ``open()`` warns."""
-
-_FAILURE_ORDER = (
-    "fenced",
-    "timeout",
-    "fatal",
-    "bad_record",
-    "error",
-    "abortable",
-    "retriable",
-    "aborted",
-)
-
-
-def _topic_limit(cluster: Any, topic: str, spec: TopicSpec | None = None) -> int:
-    """A topic's record batch limit: its ``max.message.bytes`` (for a topic still to be
-    created, the one ``spec`` creates it with), else the broker's ``message.max.bytes``,
-    else Kafka's default."""
-    if cluster.partitions(topic) is None:
-        topic_limit = spec.config.get("max.message.bytes") if spec is not None else None
-    else:
-        topic_limit = cluster.topic_config(topic, "max.message.bytes")
-    limit = topic_limit or cluster.broker_config("message.max.bytes")
-    return int(limit) if limit else KAFKA_DEFAULT_MAX_MESSAGE_BYTES
 
 
 class KafkaSink(PartitionedSink):
@@ -255,11 +229,11 @@ class KafkaSink(PartitionedSink):
         transactions are initialised (and fenced) at the first batch.
 
         A missing topic or dead-letter topic that ``create_topic`` allows is created at
-        the first write (:meth:`_create_missing_topics`), not here: ``open()`` runs before
-        the run's lost-target check (:meth:`holds_batch`), and a topic it created would
-        make the retry of a refused run find one, which the markers (they outlive the
-        topic) then say holds the batches. Its record size limit is the one it will be
-        created with."""
+        the first write (:meth:`settings`, :func:`fanout_kafka.admin.create_missing_topics`),
+        not here: ``open()`` runs before the run's lost-target check (:meth:`holds_batch`),
+        and a topic it created would make the retry of a refused run find one, which the
+        markers (they outlive the topic) then say holds the batches. Its record size limit
+        is the one it will be created with."""
         from fanout_kafka.admin import Cluster
 
         super().open(context)
@@ -282,7 +256,10 @@ class KafkaSink(PartitionedSink):
             )
             # the former default's ids: fenced before the first batch's markers are read
             self._legacy_prefix = legacy_transactional_id_prefix(context.pipeline, self.name)
-        self._check_producer_config()
+        self.producer = check_producer_settings(self.name, self.producer)
+        check_producer_accepted(self.name, self.producer, str(self.bootstrap_servers),
+                                self.transactional_id_prefix,
+                                self.transaction_timeout_ms)  # fmt: skip
         with Cluster(self.name, self.bootstrap_servers, self.producer,
                      self.open_timeout_s) as cluster:  # fmt: skip
             self._check_brokers(cluster, context)
@@ -305,21 +282,39 @@ class KafkaSink(PartitionedSink):
         if context.readiness and context.last_mark is not None:  # fanout validate
             self._warn_markers_gone(context, context.last_mark)
 
-    def _warn_markers_gone(self, context: SinkContext, last_mark: tuple[int, int]) -> None:
-        """``fanout validate``: warn when no marker group of the ledger's current epoch is
-        left (:func:`fanout_kafka.readiness.markers_gone`)."""
-        from fanout_kafka.readiness import markers_gone
-
-        gone = markers_gone(admin_config(self.producer, str(self.bootstrap_servers)),
-                            marker_topic=self.marker_topic, pipeline=context.pipeline,
-                            sink=self.name, partitions=self.partitions, last_mark=last_mark,
-                            topic=str(self.topic), timeout_s=self.open_timeout_s)  # fmt: skip
-        if gone is not None:
-            context.warn("its marker groups hold its last marked batch", gone)
+    def _check_options(self) -> None:
+        """The options as given (:func:`fanout_kafka.options.check_sink_options`)."""
+        check_sink_options(
+            self.name,
+            bootstrap_servers=self.bootstrap_servers,
+            topic=self.topic,
+            marker_topic=self.marker_topic,
+            partitions=self.partitions,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            value=self.value,
+            headers=self.headers,
+            key=self.key,
+            order_by=self.order_by,
+            dead_letter=self.dead_letter,
+            dead_topic=self._dead_topic,
+            create_topic=self.create_topic,
+            max_record_bytes=self.max_record_bytes,
+            open_timeout_s=self.open_timeout_s,
+        )
 
     def _check_brokers(self, cluster: Any, context: SinkContext) -> None:
-        """:meth:`open`'s checks against the brokers: reachable, the topics (the marker
-        topic created), the transaction timeout, the record size limits."""
+        """:meth:`open`'s checks against the brokers (:mod:`fanout_kafka.admin`): reachable,
+        the topics (the marker topic created), the transaction timeout, ``fanout
+        validate``'s readiness (:func:`fanout_kafka.readiness.check_ready`), the markers'
+        retention, the record size limits."""
+        from fanout_kafka.admin import (
+            cap_batch_size,
+            check_topics,
+            check_transaction_timeout,
+            topic_limit,
+        )
+        from fanout_kafka.readiness import check_ready
+
         assert isinstance(self.bootstrap_servers, str) and isinstance(self.topic, str)
         cluster.connect()
         turns = needs_turns(cluster.cluster_id)
@@ -341,27 +336,27 @@ class KafkaSink(PartitionedSink):
         if self._dead_topic is not None:
             topics.append((self._dead_topic, "dead_letter", spec, None))
         self._to_create = []
-        for topic, option, topic_spec, partitions in topics:
-            if context.checking:  # fanout validate: create nothing, say what would be
-                change = cluster.check_topic(topic, option, topic_spec, partitions=partitions)
-                if change is not None:
-                    context.would(change)
-            elif option == "marker_topic":  # fanout's own records, not a target
-                cluster.ensure_topic(topic, option, topic_spec, partitions=partitions)
-            elif cluster.check_topic(topic, option, topic_spec) is not None:
-                self._to_create.append((topic, option))
-        self._check_transaction_timeout(cluster)
+        check_topics(cluster, context, topics, missing=self._to_create)
+        check_transaction_timeout(cluster, self.name, self.transaction_timeout_ms)
         if context.checking and context.readiness:  # fanout validate (not recover): what
             # a run would fail on only mid-stream
-            self._check_readiness(cluster, [(topic, option) for topic, option, _, _ in topics])
+            check_ready(
+                cluster, [(topic, option) for topic, option, _, _ in topics], sink=self.name,
+                pipeline=str(self.pipeline), bootstrap_servers=str(self.bootstrap_servers),
+                producer=self.producer, prefix=str(self.transactional_id_prefix),
+                transaction_timeout_ms=self.transaction_timeout_ms,
+                timeout_s=self.open_timeout_s, end_turns=self._end_turns,
+            )  # fmt: skip
         self._warn_marker_retention(cluster)
-        broker_limit = _topic_limit(cluster, self.topic, spec)
+        broker_limit = topic_limit(cluster, self.topic, spec)
         if self.max_record_bytes is None:
             # the broker counts a record with its batch's header; librdkafka without it
             self.max_record_bytes = min(
                 broker_limit - RECORD_BATCH_HEADER_BYTES, client_max_message_bytes(self.producer)
             )
-        self._cap_batch_size(cluster, broker_limit)
+        self._max_batch_bytes = cap_batch_size(cluster, self.name, self.producer,
+                                               {self.topic: broker_limit}, self._dead_topic,
+                                               spec)  # fmt: skip
         log.info(
             "sink %r: Kafka topic %r on %s, %d transactional partition(s) %s-<p>, markers in "
             "%r, records up to %d bytes",
@@ -369,47 +364,25 @@ class KafkaSink(PartitionedSink):
             self.transactional_id_prefix, self.marker_topic, self.max_record_bytes,
         )  # fmt: skip
 
-    def _check_readiness(self, cluster: Any, topics: list[tuple[str, str]]) -> None:
-        """``fanout validate``'s checks beyond a run's ``open()``
-        (:mod:`fanout_kafka.readiness`): the topics' partitions have leaders, the
-        principal's rights on them and on its marker groups where the broker says, and a
-        transactional producer of the sink's prefix initialises."""
-        from fanout_kafka.markers import marker_group
-        from fanout_kafka.readiness import (
-            check_group_rights,
-            check_partitions,
-            check_topic_rights,
-            check_transactions,
-        )
+    def _warn_marker_retention(self, cluster: Any) -> None:
+        """Keep the brokers' ``offsets.retention.minutes`` (the renewal interval's,
+        :meth:`_renewal_interval_s`) and say how long the restart window it leaves is
+        (:func:`fanout_kafka.renewal.say_marker_retention`)."""
+        value = self._offsets_retention = cluster.broker_config("offsets.retention.minutes")
+        say_marker_retention(self.name, str(self.bootstrap_servers), value,
+                             tansu=self._end_turns is not None)  # fmt: skip
 
-        for topic, option in topics:
-            check_partitions(cluster, topic, option)
-        check_topic_rights(cluster, self.producer, topics)
-        pipeline = str(self.pipeline)
-        check_group_rights(cluster, self.producer, marker_group(pipeline, self.name, 0),
-                           f"fanout/{pipeline}")  # fmt: skip
-        check_transactions(
-            self.name, str(self.bootstrap_servers), self.producer,
-            str(self.transactional_id_prefix), self.transaction_timeout_ms,
-            self.open_timeout_s, self._end_turns,
-        )  # fmt: skip
+    def _warn_markers_gone(self, context: SinkContext, last_mark: tuple[int, int]) -> None:
+        """``fanout validate``: warn when no marker group of the ledger's current epoch is
+        left (:func:`fanout_kafka.readiness.markers_gone`)."""
+        from fanout_kafka.readiness import markers_gone
 
-    def _cap_batch_size(self, cluster: Any, topic_limit: int) -> None:
-        """Resolve the record batch limit of the topics the producers write batches to
-        (the target's, and a dead-letter topic's); their ``batch.size`` is capped to it
-        (:func:`fanout_kafka.settings.producer_config`), saying so when it is."""
-        limits = {self.topic: topic_limit}
-        if self._dead_topic is not None:
-            limits[self._dead_topic] = _topic_limit(cluster, self._dead_topic, self._topic_spec)
-        topic, limit = min(limits.items(), key=lambda item: item[1])
-        self._max_batch_bytes = limit
-        wanted = client_batch_size(self.producer)
-        if wanted > limit:
-            log.info(
-                "sink %r: producer batch.size %d capped to %d, the max.message.bytes of topic "
-                "%r: the broker refuses a larger record batch whole, records that fit with it",
-                self.name, wanted, limit, topic,
-            )  # fmt: skip
+        gone = markers_gone(admin_config(self.producer, str(self.bootstrap_servers)),
+                            marker_topic=self.marker_topic, pipeline=context.pipeline,
+                            sink=self.name, partitions=self.partitions, last_mark=last_mark,
+                            topic=str(self.topic), timeout_s=self.open_timeout_s)  # fmt: skip
+        if gone is not None:
+            context.warn("its marker groups hold its last marked batch", gone)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickles without what :meth:`check_replay` read (the driver's, for one attempt,
@@ -459,6 +432,196 @@ class KafkaSink(PartitionedSink):
         write."""
         return self._read_markers(batch, plan)
 
+    def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> KafkaPartitionWriter:
+        """One transaction per partition, committing the batch's plan with its marker; on a
+        broker whose markers may be held back, with a token of this attempt
+        (:mod:`fanout_kafka.reruns`)."""
+        attempt = new_attempt() if self._end_turns is not None else ""
+        settings = replace(self.settings(batch), plan=plan, attempt=attempt)
+        return KafkaPartitionWriter(settings, batch.batch_id)
+
+    def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
+        """Every partition committed or was skipped: no transaction of this attempt is
+        left open; after the first batch of an ``open()``, and hourly, the topic's id is
+        recorded (:meth:`_record_topic_id`)."""
+        super().after_partitions(batch, outcomes)
+        self._unsettled = False
+        recorded = self._topic_id_recorded
+        if recorded is None or time.monotonic() - recorded[0] >= self.topic_id_refresh_s:
+            self._record_topic_id(batch)
+
+    def partition_failure(
+        self, batch: Batch, failed: Sequence[PartitionOutcome], outcomes: Sequence[PartitionOutcome]
+    ) -> SinkError:
+        """One error naming every failed partition's cause; its class by the worst kind:
+        fenced, then bad record, then aborted (transient) when all are transient
+        (:func:`fanout_kafka.failures.batch_failure`)."""
+        return batch_failure(self.name, batch.batch_id, failed, outcomes)
+
+    def result_details(self, outcomes: Sequence[PartitionOutcome]) -> Mapping[str, Any]:
+        """The records sent to the dead-letter target."""
+        return {"dead_letters": sum(o.dead_lettered for o in outcomes)}
+
+    def partitioned_by(self) -> Sequence[str] | Literal["*"]:
+        """The key columns, or the whole row when keyless: a replay skips committed
+        partitions, so these must be deterministic (:mod:`fanout.partitioned.membership`)."""
+        return self._key_columns or WHOLE_ROW
+
+    def exclusive_resources(self, pipeline: str) -> Sequence[str]:
+        """The transactional ids ``<prefix>-<p>``: two sinks on one prefix fence each
+        other's producers in every batch. Claimed whatever the brokers: two bootstrap
+        lists cannot be told to reach different clusters."""
+        prefix = self.transactional_id_prefix
+        if prefix is None or self._derived_prefix:
+            prefix = default_transactional_id_prefix(pipeline, self.name)
+        return (f"the Kafka transactional ids {prefix}-<p> (transactional_id_prefix {prefix!r})",)
+
+    def secret_values(self) -> Sequence[str]:
+        """Passwords, keys and tokens among the producer settings."""
+        return secret_values(self.producer)
+
+    def is_transient(self, error: BaseException) -> bool:
+        """Aborted transactions (:class:`fanout_kafka.errors.KafkaAbortedError`) are worth a
+        replay; fenced producers and bad records are not."""
+        return super().is_transient(error)
+
+    # -- a batch's markers, read by the driver before its partitions write ----------------
+
+    def _read_markers(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:
+        """:meth:`committed_partitions`' read, in its order: the partition span (recorded
+        first), the former prefixes' ids fenced (once per ``open()``), on Tansu the
+        transactions an unfinished attempt left open ended, the marker groups renewed when
+        due, then the markers."""
+        settings = replace(self.settings(batch), plan=plan)
+        span = self._partition_span(settings, plan.partitions, batch.batch_id)
+        if self._prefix_unchecked:
+            self._fence_former_prefix(settings, span, batch.batch_id)
+            self._prefix_unchecked = False  # once per open()
+        if self._unsettled and self._end_turns is not None:
+            end_abandoned_transactions(settings, span, batch.batch_id)
+        self._renew_markers(settings, span, batch.batch_id)
+        self._unsettled = True  # until every partition of this attempt reports
+        return read_committed(settings, batch.batch_id, span)
+
+    def _partition_span(self, settings: WriterSettings, partitions: int, batch_id: int) -> int:
+        """The partitions whose markers the driver reads (and whose transactional ids it
+        ends on Tansu) each, marker or not: the most the sink has written a batch of the
+        scope in, ``partitions`` recorded first when it is more (:func:`fanout_kafka.
+        membership.record_span`: before this attempt writes, so a replay with fewer
+        partitions finds the markers of these, also past a partition that never had rows).
+        Read and committed on the first batch of each ``open()`` (and of each scope),
+        read and committed again after an hour (the broker forgets a group's offset
+        ``offsets.retention.minutes`` after its last commit; read again, so that a larger
+        span another driver recorded meanwhile is kept) or when ``partitions`` grew: no
+        request in the other batches.
+
+        :raises fanout.TransientSinkError: when it cannot be read or committed.
+        """
+        from confluent_kafka import KafkaException
+
+        known = self._spans.get(settings.scope)
+        now = time.monotonic()
+        if known is not None and known[1] >= partitions:
+            if now - known[0] < self.topic_id_refresh_s:
+                return known[1]
+        config = admin_config(self.producer, str(self.bootstrap_servers))
+        first = None
+        if self._vanished_unasked:
+            first = partial(self._refuse_vanished_writer, config, settings, batch_id)
+        try:
+            span = record_span(config, settings, max(partitions, known[1] if known else 0),
+                               first=first)  # fmt: skip
+        except (KafkaException, TimeoutError) as exc:
+            raise TransientSinkError(
+                f"cannot record the sink's partition count on marker topic "
+                f"{settings.marker_topic!r} (read before any partition writes): {exc}",
+                sink=self.name, batch_id=batch_id,
+            ) from exc  # fmt: skip
+        self._spans[settings.scope] = (now, span)
+        return span
+
+    def _refuse_vanished_writer(
+        self, config: dict[str, Any], settings: WriterSettings, batch_id: int
+    ) -> None:
+        """At the sink's first write in its scope, before anything is written: refuse batch
+        ``batch_id`` when a sink of the pipeline it no longer configures committed it to
+        the topic (:meth:`fanout_kafka.vanished.TailCheck.refuse_vanished_writer`). Not
+        asked again in this ``open()`` once it passes."""
+        if self._tail_check().refuse_vanished_writer(config, settings, batch_id,
+                                                     self._vanished_unasked):  # fmt: skip
+            self._vanished_unasked = ()
+
+    def _tail_check(self) -> TailCheck:
+        """The first write's read of the topic's end, with this sink's markers' answer for
+        the names it finds (:meth:`_markers_hold`)."""
+        return TailCheck(self.name, str(self.topic), self.open_timeout_s, self.secret_values(),
+                         self._markers_hold)  # fmt: skip
+
+    def _fence_former_prefix(self, settings: WriterSettings, span: int, batch_id: int) -> None:
+        """Fence the ids of the former default prefix (a sink on the default,
+        :func:`fanout_kafka.abandoned.fence_legacy_transactions`) and of the prefix the
+        sink last recorded in its scope when it is not the one it uses now
+        (``transactional_id_prefix`` changed since), then record this one
+        (:mod:`fanout_kafka.former_ids`): one offset read, one record read when one was
+        recorded, one record and one commit when it changed; once per ``open()``. In a new
+        epoch's scope with no record yet, the newest earlier epoch's record is read too (a
+        prefix changed together with a checkpoint reset, or two).
+
+        A record naming the prefix in use says a run of this sink fenced the former
+        default's ids already (it records only after that fence passed): the brokers
+        refusing the principal every one of them is then warned, not refused.
+
+        :raises fanout.TransientSinkError: when the record cannot be read or written, or
+            the ids cannot be fenced.
+        """
+        secrets = self.secret_values()
+        found = read_former_prefix(settings, span, batch_id, self.open_timeout_s, secrets)
+        if self._legacy_prefix is not None:
+            fenced_before = found is not None and found.former == settings.transactional_id_prefix
+            fence_legacy_transactions(settings, self._legacy_prefix, span, batch_id,
+                                      fenced_before=fenced_before)  # fmt: skip
+            self._legacy_prefix = None  # once per open()
+        if found is not None:
+            fence_former_and_record(settings, found, batch_id, self.open_timeout_s, secrets)
+
+    def _renew_markers(self, settings: WriterSettings, span: int, batch_id: int) -> None:
+        """Commit the scope's marker groups again at the first batch of this ``open()`` in
+        the scope, and at a later batch once the last complete renewal is
+        :attr:`marker_renewal_s` old; a renewal that failed is tried again
+        :attr:`renewal_retry_s` later (:class:`fanout_kafka.renewal.RenewalSchedule`)."""
+        schedule = RenewalSchedule(self._renewed, self._renewal_failed, self._renewal_warned,
+                                   interval_s=self._renewal_interval_s(),
+                                   retry_s=self.renewal_retry_s)  # fmt: skip
+        schedule.renew_when_due(settings, span, batch_id)
+
+    def _renewal_interval_s(self) -> float:
+        """:attr:`marker_renewal_s`, else half the brokers' ``offsets.retention.minutes``
+        (:func:`fanout_kafka.renewal.marker_renewal_interval_s`; Tansu is known by
+        ``open()``)."""
+        return marker_renewal_interval_s(self.marker_renewal_s, self._offsets_retention,
+                                         tansu=self._end_turns is not None)  # fmt: skip
+
+    def _record_topic_id(self, batch: Batch) -> None:
+        """After the first batch's partitions of an ``open()``, and after a batch every
+        :attr:`topic_id_refresh_s` since: commit the topic's id (:mod:`fanout_kafka.topic_id`)
+        for the next run's lost-target check. Committed again so the broker does not forget
+        it while the markers, committed every batch, are kept: a run longer than
+        ``offsets.retention.minutes`` (7 days by default) left none, and the next run did
+        not see a topic re-created before it. An id other than the one this run recorded
+        (the topic re-created during the run) is not committed: the old one refuses the
+        next run. A failure is logged and tried again after the next batch
+        (:func:`fanout_kafka.topic_id.commit_run_topic_id`)."""
+        config = admin_config(self.producer, str(self.bootstrap_servers))
+        kept = None if self._topic_id_recorded is None else self._topic_id_recorded[1]
+        scope = scope_of(batch.txn_app_id, self.name)
+        done, now = commit_run_topic_id(config, self.marker_topic, scope, self.name,
+                                        str(self.topic), kept, batch.batch_id,
+                                        self.open_timeout_s)  # fmt: skip
+        if done:
+            self._topic_id_recorded = (time.monotonic(), now)
+
+    # -- the driver's questions: lost target, replaced topic, renamed sink, epochs --------
+
     def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool | PartlyHeld | None:
         """Whether the partitions' markers on the marker topic say they committed the batch
         (or a later one): the markers of its ``partitions``, then of those beyond for as
@@ -504,9 +667,6 @@ class KafkaSink(PartitionedSink):
         config = admin_config(self.producer, str(self.bootstrap_servers))
         if self._markers_hold(config, pipeline, epoch, batch_id, self.name) is not None:
             return None
-        from fanout.contract.batch import pipeline_scope
-        from fanout_kafka.markers import marker_group
-
         group = marker_group(pipeline_scope(pipeline, epoch), self.name, 0)
         return (
             f"no partition marker of epoch {epoch} is left on marker topic "
@@ -525,9 +685,6 @@ class KafkaSink(PartitionedSink):
         for another topic, or no marker of the epoch under that name, ``False`` (it wrote
         elsewhere, or is of another type); markers that hold it and no topic id recorded,
         ``None`` (cannot tell which topic they are of)."""
-        from fanout.contract.batch import pipeline_scope
-        from fanout_kafka.topic_id import recorded_for
-
         if self._topic_missing():
             return False
         config = admin_config(self.producer, str(self.bootstrap_servers))
@@ -559,8 +716,6 @@ class KafkaSink(PartitionedSink):
 
     def _scope_fence(self, pipeline: str, epoch: int) -> ScopeFence:
         """The fence of scope ``epoch - 1`` (closed by the start of ``epoch``)."""
-        from fanout.contract.batch import pipeline_scope
-
         if self.transactional_id_prefix is None or self.bootstrap_servers is None:
             raise ConfigurationError(f"Kafka sink {self.name!r}: fenced before open()")
         return ScopeFence(
@@ -586,10 +741,9 @@ class KafkaSink(PartitionedSink):
         refusal's own way on: its markers answer); no recorded id (an older fanout, or one
         the broker forgot with the markers) or none from the broker (before Kafka 2.8, or a
         missing topic: :meth:`holds_batch`'s ``False``)."""
-        from fanout.contract.batch import pipeline_scope
-
         config = admin_config(self.producer, str(self.bootstrap_servers))
-        return self._topic_replaced(config, pipeline_scope(pipeline, epoch))
+        return replaced_since(config, self.marker_topic, pipeline_scope(pipeline, epoch),
+                              self.name, str(self.topic), self.open_timeout_s)  # fmt: skip
 
     def _markers_hold(
         self,
@@ -600,614 +754,57 @@ class KafkaSink(PartitionedSink):
         name: str,
         timeout_s: float = 60.0,
     ) -> bool | PartlyHeld | None:
-        """What the partitions' markers say of the batch (:meth:`holds_batch`), and, when
-        every partition holds it, whether the letters they named reached the dead-letter
-        target (:meth:`_letters_waiting`); the markers read within ``timeout_s``."""
-        from fanout.contract.batch import pipeline_scope
-        from fanout_kafka.markers import marker_group, span_group
-        from fanout_kafka.membership import held_partitions
-
-        scope = pipeline_scope(pipeline, epoch)
-        committed, count = held_partitions(
-            config,
-            self.marker_topic,
-            lambda p: marker_group(scope, name, p),
-            batch_id,
-            self.partitions,
-            timeout_s,
-            span_group=span_group(scope, name),
-        )
-        if committed is None:  # a later batch committed: this one did, whole
-            return True
-        if committed == 0 and count == 0:
-            if name != self.name:  # another sink's: none of the epoch under that name
-                return None
-            log.info(
-                "sink %r: no partition marker of epoch %s is left on marker topic %r (none "
-                "committed, or offsets.retention.minutes expired them): cannot tell whether "
-                "topic %r holds batch %s", name, epoch, self.marker_topic, self.topic, batch_id,
-            )  # fmt: skip
-            return None
-        if committed == 0:
-            return False
-        if count is not None and committed >= count:
-            waiting = self._letters_waiting(pipeline, epoch, batch_id, count, name)
-            return PartlyHeld(committed, count, letters=waiting) if waiting else True
-        return PartlyHeld(committed, count)
+        """What the partitions' markers of sink ``name`` say of the batch
+        (:func:`fanout_kafka.holding.markers_hold`), read within ``timeout_s``, when every
+        partition holds it with the letters they named that the dead-letter target does
+        not hold (:meth:`_letters_waiting`)."""
+        return markers_hold(
+            config, sink=self.name, name=name, marker_topic=self.marker_topic,
+            topic=self.topic, partitions=self.partitions, pipeline=pipeline, epoch=epoch,
+            batch_id=batch_id, timeout_s=timeout_s,
+            letters_waiting=lambda count: self._letters_waiting(pipeline, epoch, batch_id,
+                                                                count, name),
+        )  # fmt: skip
 
     def _letters_waiting(
         self, pipeline: str, epoch: int, batch_id: int, partitions: int, name: str
     ) -> int:
         """How many letters the batch's committed partitions named in their journals that
-        the dead-letter target (not a topic: a topic's are in the transactions) does not
-        hold: the task parks them after its commit, and one killed in between leaves them
-        to the batch's replay. A target that cannot say what it holds (no ``read_rows``),
-        or whose read fails, holds none. The letters are counted from the partitions'
-        refused groups, read in one request round, and a journal (one consumer for all)
-        only where its commit recorded no count (:mod:`fanout_kafka.letters`); the target
-        is read only when they named letters. Such a journal gone counts as one letter
-        waiting (logged)."""
-        from fanout.contract.batch import BatchInfo
-        from fanout_kafka.letters import named_letters
-
+        the dead-letter target does not hold (:func:`fanout_kafka.letters.letters_waiting`):
+        none without a target outside the cluster (a topic's letters are in the
+        transactions)."""
         if self._dead is None or self._dead_topic is not None:
             return 0
         batch = Batch(None, BatchInfo(pipeline, batch_id, epoch=epoch), name,
                       txn_app_id(pipeline, name, epoch))  # fmt: skip
-        settings = self.settings(batch)
-        found = named_letters(settings, batch_id, partitions)
-        named = found.counted
-        if not named and not found.unknown:
-            return 0
-        kept = refused_rows_held(self._dead, pipeline, name, (epoch, batch_id),
-                                 secrets=self.secret_values(), logger=log)  # fmt: skip
-        if not found.unknown:
-            return max(named - kept, 0)
-        self._log_journals_gone(settings, pipeline, epoch, batch_id, found.unknown)
-        return max(named - kept, 0) + len(found.unknown)
-
-    def _log_journals_gone(
-        self,
-        settings: WriterSettings,
-        pipeline: str,
-        epoch: int,
-        batch_id: int,
-        gone: Sequence[tuple[int, int]],
-    ) -> None:
-        """Say which partitions' letters cannot be counted, and what the user can do."""
-        where = self._dead.describe() if self._dead is not None else "?"
-        parts = ", ".join(f"{p} (offset {position})" for p, position in gone)
-        log.warning(
-            "sink %r, batch %d: the letters journal of partition(s) %s on marker topic %r is "
-            "gone (the topic's retention or compaction removed it; the partitions' offsets "
-            "still point at it), and their commits recorded no letter count (fanout before "
-            "a count for a Delta table): cannot tell whether they set rows of this batch aside "
-            "for %s. Counted as one waiting letter each, so the batch reads as held in part: "
-            "a new epoch is refused and `fanout recover` records no lost mark. A replay "
-            "cannot write them either (it rebuilds them from the journal). Every partition "
-            "committed its rows to %r: if you accept that those partitions' refused rows of "
-            "batch %d may be missing from %s, record the batch for this sink with `%s`%s "
-            "and restart the query.",
-            self.name, batch_id, parts, settings.marker_topic, redact(where, self.secret_values()),
-            self.topic, batch_id, redact(where, self.secret_values()),
-            skip_command(self._ledger, pipeline, self.name, batch_id, epoch),
-            ledger_note(self._ledger),
-        )  # fmt: skip
-
-    def _topic_replaced(self, config: dict[str, Any], scope: str) -> str | None:
-        """Why the topic was deleted and created again since: its id is not the one
-        recorded in ``scope`` (one offset read, one describe request) and it holds no
-        record. One under another id that holds records was restored from a mirror (the
-        refusal's own way on): ``None``, its markers answer."""
-        from fanout_kafka.topic_id import holds_records, topic_replaced
-
-        topic = str(self.topic)
-        replaced, now, group = topic_replaced(config, self.marker_topic, scope, self.name,
-                                              topic, self.open_timeout_s)  # fmt: skip
-        if replaced and holds_records(ADMINS.client(config), topic, self.open_timeout_s):
-            log.info(
-                "sink %r: topic %r has id %s now, not the one recorded when its marked "
-                "batches were written (group %r), but holds records (restored from a "
-                "mirror?): its markers answer", self.name, topic, now, group,
-            )  # fmt: skip
-            return None
-        if not replaced:
-            return None
-        log.warning(
-            "sink %r: topic %r has id %s now, not the one recorded when its marked "
-            "batches were written (group %r): it was deleted and created again since",
-            self.name, topic, now, group,
-        )  # fmt: skip
-        return (
-            f"topic {topic!r} has id {now} now, not the one recorded when its marked batches "
-            f"were written (group {group!r} on marker topic {self.marker_topic!r}), and holds "
-            "no record"
-        )
-
-    def _record_topic_id(self, batch: Batch) -> None:
-        """After the first batch's partitions of an ``open()``, and after a batch every
-        :attr:`topic_id_refresh_s` since: commit the topic's id (:mod:`fanout_kafka.topic_id`)
-        for the next run's lost-target check. Committed again so the broker does not forget
-        it while the markers, committed every batch, are kept: a run longer than
-        ``offsets.retention.minutes`` (7 days by default) left none, and the next run did
-        not see a topic re-created before it. An id other than the one this run recorded
-        (the topic re-created during the run) is not committed: the old one refuses the
-        next run. A failure is logged and tried again after the next batch."""
-        from confluent_kafka import KafkaException
-
-        from fanout_kafka.topic_id import described_topic_id, record_topic_id, topic_id_group
-
-        config = admin_config(self.producer, str(self.bootstrap_servers))
-        admin, topic = ADMINS.client(config), str(self.topic)
-        group = topic_id_group(scope_of(batch.txn_app_id, self.name), self.name, topic)
-        try:
-            # a describe that failed is tried again: the old id left would refuse the
-            # next run after an accepted re-creation; the batch committed, so no raise
-            now = described_topic_id(admin, topic, self.open_timeout_s)
-            kept = None if self._topic_id_recorded is None else self._topic_id_recorded[1]
-            if kept is not None and now is not None and now != kept:
-                log.warning(
-                    "sink %r, batch %d: topic %r has id %s now, not %s, recorded after this "
-                    "run's first batch: it was deleted and created again during the run; the "
-                    "old id is kept in group %r, so the next run's lost-target check refuses it",
-                    self.name, batch.batch_id, topic, now, kept, group,
-                )  # fmt: skip
-            now = kept or now
-            if now is not None:
-                record_topic_id(admin, self.marker_topic, group, topic, now, self.open_timeout_s)
-        except (KafkaException, TimeoutError) as exc:
-            log.warning(
-                "sink %r, batch %d: cannot record the id of topic %r in group %r (tried "
-                "again after the next batch): %s",
-                self.name, batch.batch_id, topic, group, exc,
-            )  # fmt: skip
-            return
-        self._topic_id_recorded = (time.monotonic(), now)
+        return letters_waiting(self.settings(batch), self._dead, pipeline, epoch, batch_id,
+                               partitions, name, topic=self.topic,
+                               secrets=self.secret_values())  # fmt: skip
 
     def _topic_missing(self) -> bool:
-        """Whether the topic does not exist (one metadata request)."""
-        from fanout_kafka.admin import Cluster
+        """Whether the topic does not exist (:func:`fanout_kafka.admin.topic_missing`)."""
+        from fanout_kafka.admin import topic_missing
 
-        if self.topic is None or self.bootstrap_servers is None:
-            return False
-        servers = str(self.bootstrap_servers)
-        with Cluster(self.name, servers, self.producer, self.open_timeout_s) as cluster:
-            cluster.connect()
-            return cluster.partitions(self.topic) is None
-
-    def _read_markers(self, batch: Batch, plan: PartitionPlan) -> list[CommittedPartition]:
-        settings = replace(self.settings(batch), plan=plan)
-        span = self._partition_span(settings, plan.partitions, batch.batch_id)
-        if self._prefix_unchecked:
-            self._fence_former_prefix(settings, span, batch.batch_id)
-            self._prefix_unchecked = False  # once per open()
-        if self._unsettled and self._end_turns is not None:
-            end_abandoned_transactions(settings, span, batch.batch_id)
-        self._renew_markers(settings, span, batch.batch_id)
-        self._unsettled = True  # until every partition of this attempt reports
-        return read_committed(settings, batch.batch_id, span)
-
-    def _renew_markers(self, settings: WriterSettings, span: int, batch_id: int) -> None:
-        """Commit the scope's marker groups again (:func:`fanout_kafka.renewal.
-        renew_markers`) at the first batch of this ``open()`` in the scope, and at a
-        later batch once the last complete renewal is :attr:`marker_renewal_s` old (by
-        default half the brokers' ``offsets.retention.minutes``, hourly when they do not
-        report it): no request in the other batches. A renewal that failed (for some
-        writer, reading the markers, or raising) is tried again at the first batch
-        :attr:`renewal_retry_s` later; its failures are warned at most once per scope and
-        interval (at debug level between)."""
-        interval = self._renewal_interval_s()
-        scope = settings.scope
-        last = self._renewed.get(scope)
-        now = time.monotonic()  # before the commits: the retention counts from after it
-        if last is not None and now - last < interval:
-            return
-        failed = self._renewal_failed.get(scope)
-        if failed is not None and now - failed < min(self.renewal_retry_s, interval):
-            return
-        warned = self._renewal_warned.get(scope)
-        warn = warned is None or now - warned >= interval
-        complete = False
-        try:
-            complete = renew_markers(settings, span, batch_id, warn=warn).complete
-        finally:
-            if complete:
-                self._renewed[scope] = now
-                self._renewal_failed.pop(scope, None)
-            else:  # counted from its end: a try that waited out its timeout is not retried at once
-                self._renewal_failed[scope] = time.monotonic()
-                if warn:
-                    self._renewal_warned[scope] = now
-
-    def _renewal_interval_s(self) -> float:
-        """:attr:`marker_renewal_s`, else half the brokers' ``offsets.retention.minutes``;
-        when they do not report it, hourly (:data:`fanout_kafka.renewal.
-        UNREPORTED_RENEWAL_S`: theirs may be shorter than the default assumed), or on Tansu
-        (which keeps offsets for ever) half Kafka's default."""
-        if self.marker_renewal_s is not None:
-            return self.marker_renewal_s
-        tansu = self._end_turns is not None  # set by open() for a broker it knows as Tansu
-        unreported = KAFKA_OFFSETS_RETENTION_MINUTES * 30.0 if tansu else UNREPORTED_RENEWAL_S
-        return renewal_interval_s(self._offsets_retention, unreported_s=unreported)
-
-    def _fence_former_prefix(self, settings: WriterSettings, span: int, batch_id: int) -> None:
-        """Fence the ids of the former default prefix (a sink on the default,
-        :func:`fanout_kafka.abandoned.fence_legacy_transactions`) and of the prefix the
-        sink last recorded in its scope when it is not the one it uses now
-        (``transactional_id_prefix`` changed since), then record this one
-        (:mod:`fanout_kafka.former_ids`): one offset read, one record read when one was
-        recorded, one record and one commit when it changed; once per ``open()``. In a new
-        epoch's scope with no record yet, the newest earlier epoch's record is read too (a
-        prefix changed together with a checkpoint reset, or two).
-
-        A record naming the prefix in use says a run of this sink fenced the former
-        default's ids already (it records only after that fence passed): the brokers
-        refusing the principal every one of them is then warned, not refused.
-
-        :raises fanout.TransientSinkError: when the record cannot be read or written, or
-            the ids cannot be fenced.
-        """
-        from confluent_kafka import KafkaException
-
-        from fanout_kafka.former_ids import newest_earlier_record, record_prefix, recorded_prefix
-
-        prefix = settings.transactional_id_prefix
-        former_span = span
-        try:
-            here = former = recorded_prefix(settings, self.open_timeout_s)
-            epoch = settings.info.epoch if settings.info is not None else 0
-            if here is None and epoch > 0:  # a new epoch's first: the newest earlier record
-                found = newest_earlier_record(settings, epoch, self.open_timeout_s)
-                former = None if found is None else found[1]
-                if found is not None and former != prefix:
-                    before = replace(settings, scope=found[0])
-                    former_span = max(span, self._recorded_span(before))  # its ids, not ours
-        except (KafkaException, TimeoutError) as exc:
-            self._prefix_unrecorded(settings, exc, batch_id)
-            here = former = None
-            readable = False
-        else:
-            readable = True
-        if self._legacy_prefix is not None:
-            fence_legacy_transactions(settings, self._legacy_prefix, span, batch_id,
-                                      fenced_before=former == prefix)  # fmt: skip
-            self._legacy_prefix = None  # once per open()
-        if not readable:
-            return
-        try:
-            if former is not None and former != prefix:
-                log.info(
-                    "sink %r: transactional_id_prefix was %r in the last run (now %r): its "
-                    "ids fenced before the markers are read", self.name, former, prefix,
-                )  # fmt: skip
-                fence_legacy_transactions(settings, former, former_span, batch_id)
-            if here != prefix:
-                record_prefix(settings, self.open_timeout_s)
-        except (KafkaException, TimeoutError) as exc:
-            self._prefix_unrecorded(settings, exc, batch_id)
-
-    def _prefix_unrecorded(
-        self, settings: WriterSettings, exc: BaseException, batch_id: int
-    ) -> None:
-        """The prefix record could not be read or written (``exc``): warned when the brokers
-        refuse the rights (a record on the marker topic: needed nowhere else without Delta
-        dead letters; refusing would stop every run's first batch), else refused.
-
-        :raises fanout.TransientSinkError: unless the rights were refused.
-        """
-        from fanout_kafka.former_ids import rights_refused
-
-        if rights_refused(exc):
-            log.warning(
-                "sink %r: cannot read or record its transactional_id_prefix on marker "
-                "topic %r (%s): a prefix changed between a crash and its replay is not "
-                "fenced; grant the sink's principal READ and WRITE on that topic, or "
-                "change the prefix only after a clean stop", self.name,
-                settings.marker_topic, redact(str(exc), self.secret_values()),
-            )  # fmt: skip
-            return
-        raise TransientSinkError(
-            f"cannot read or record the sink's transactional_id_prefix on marker topic "
-            f"{settings.marker_topic!r} (read before the markers): "
-            f"{redact(str(exc), self.secret_values())}",
-            sink=self.name, batch_id=batch_id,
-        ) from exc  # fmt: skip
-
-    def _recorded_span(self, settings: WriterSettings) -> int:
-        """The partition span recorded in ``settings.scope`` (0 when none: one request)."""
-        from fanout_kafka.markers import span_group
-        from fanout_kafka.membership import read_offsets
-
-        config = admin_config(self.producer, str(self.bootstrap_servers))
-        group = span_group(settings.scope, settings.sink)
-        (span,) = read_offsets(config, settings.marker_topic, [group], self.open_timeout_s)
-        return max(span, 0)
-
-    def _partition_span(self, settings: WriterSettings, partitions: int, batch_id: int) -> int:
-        """The partitions whose markers the driver reads (and whose transactional ids it
-        ends on Tansu) each, marker or not: the most the sink has written a batch of the
-        scope in, ``partitions`` recorded first when it is more (:func:`fanout_kafka.
-        membership.record_span`: before this attempt writes, so a replay with fewer
-        partitions finds the markers of these, also past a partition that never had rows).
-        Read and committed on the first batch of each ``open()`` (and of each scope),
-        read and committed again after an hour (the broker forgets a group's offset
-        ``offsets.retention.minutes`` after its last commit; read again, so that a larger
-        span another driver recorded meanwhile is kept) or when ``partitions`` grew: no
-        request in the other batches.
-
-        :raises fanout.TransientSinkError: when it cannot be read or committed.
-        """
-        from confluent_kafka import KafkaException
-
-        known = self._spans.get(settings.scope)
-        now = time.monotonic()
-        if known is not None and known[1] >= partitions:
-            if now - known[0] < self.topic_id_refresh_s:
-                return known[1]
-        config = admin_config(self.producer, str(self.bootstrap_servers))
-        first = None
-        if self._vanished_unasked:
-            first = partial(self._refuse_vanished_writer, config, settings, batch_id)
-        try:
-            span = record_span(config, settings, max(partitions, known[1] if known else 0),
-                               first=first)  # fmt: skip
-        except (KafkaException, TimeoutError) as exc:
-            raise TransientSinkError(
-                f"cannot record the sink's partition count on marker topic "
-                f"{settings.marker_topic!r} (read before any partition writes): {exc}",
-                sink=self.name, batch_id=batch_id,
-            ) from exc  # fmt: skip
-        self._spans[settings.scope] = (now, span)
-        return span
-
-    def _refuse_vanished_writer(
-        self, config: dict[str, Any], settings: WriterSettings, batch_id: int
-    ) -> None:
-        """At the sink's first write in its scope (no partition span recorded there yet,
-        :func:`fanout_kafka.membership.record_span`), before anything is written: refuse
-        batch ``batch_id`` when the topic's end holds records of it (or a later batch) by
-        a sink of the pipeline it no longer configures whose markers in the scope hold it,
-        whole or part: that sink renamed to this one (or removed) after it committed the
-        batch and before its ledger mark, in its very first batch, so the ledger never
-        named it and the run's start check did not ask (:mod:`fanout_kafka.renamed`). Not
-        asked again in this ``open()`` once it passes. A name found whose markers do not hold
-        the batch is read past (the read again without it). A read error worth trying again
-        (:func:`fanout_kafka.renamed.read_error_is_transient`) is tried up to
-        :data:`~fanout_kafka.renamed.READ_ATTEMPTS` times, then refused
-        (:class:`fanout.TransientSinkError`); any other refuses at once
-        (:class:`fanout.SinkWriteError`): the batch is not written blindly. Cannot tell, a
-        warning and the batch written: the read not ended within ``open_timeout_s`` (a
-        topic whose other writers wrote more since the batch's planning than can be read
-        in that time), or refused its rights
-        (:func:`fanout_kafka.renamed.read_error_is_unauthorized`: a sink with producer-only
-        rights on its topic, which it needs nowhere else; refusing would stop every run's
-        first batch)."""
-        from fanout_kafka.renamed import renamed_refusal
-
-        info, topic = settings.info, str(self.topic)
-        pipeline, epoch = settings.pipeline, 0 if info is None else info.epoch
-        since_ms = None if info is None else info.batch_timestamp_ms
-        exclude = {*self._vanished_unasked, self.name}
-        started = time.monotonic()
-        deadline = started + self.open_timeout_s  # the whole read's: rounds, tries, markers
-        spent = ""  # what used part of the deadline before a read again: refused if cut short
-        while True:
-            writers, held, unread = self._read_tail(config, topic, pipeline, epoch, batch_id,
-                                                    exclude, since_ms, deadline,
-                                                    spent=spent)  # fmt: skip
-            if writers is None:
-                log.warning(
-                    "sink %r, batch %d: cannot tell whether topic %r holds this batch written "
-                    "by a sink the pipeline no longer configures (its first write in the "
-                    "epoch; %s). If this sink is another renamed after it committed the batch "
-                    "and before its ledger mark, the batch is written again",
-                    self.name, batch_id, topic, unread,
-                )  # fmt: skip
-                return
-            for other, answer in held.items():
-                if answer is True or isinstance(answer, PartlyHeld):
-                    part = "" if answer is True else " (part of it: some of its partitions)"
-                    raise renamed_refusal(self.name, other, topic, pipeline, epoch, batch_id,
-                                          part)  # fmt: skip
-            if not writers:
-                break
-            # names whose markers do not hold the batch: read again past them, for one
-            # buried under their records that does
-            exclude |= set(writers)
-            spent = (
-                f"reading past sink(s) {', '.join(map(repr, sorted(writers)))} first (their "
-                f"records at the topic's end, their markers not holding the batch)"
-            )
-        log.debug("sink %r, batch %d: the topic's end read for a vanished sink's records in "
-                  "%.1f ms", self.name, batch_id, 1000 * (time.monotonic() - started))  # fmt: skip
-        self._vanished_unasked = ()
-
-    def _read_tail(
-        self,
-        config: dict[str, Any],
-        topic: str,
-        pipeline: str,
-        epoch: int,
-        batch_id: int,
-        exclude: set[str],
-        since_ms: int | None,
-        deadline: float,
-        *,
-        spent: str = "",
-    ) -> tuple[dict[str, int] | None, dict[str, bool | PartlyHeld | None], str]:
-        """:func:`fanout_kafka.renamed.tail_writers` and, for each name it finds, whether
-        that name's markers in the scope hold batch ``batch_id``; a failure tried again,
-        up to :data:`~fanout_kafka.renamed.READ_ATTEMPTS` times, when its error may pass.
-        Every try, its pauses and the markers' reads end by ``deadline`` (``time.monotonic``:
-        the first write's ``open_timeout_s``, for the whole read). Names ``None``: cannot
-        tell, and why (the read not ended by ``deadline``, or its rights refused:
-        :func:`fanout_kafka.renamed.read_error_is_unauthorized`). But a read not ended by
-        ``deadline`` after part of the time went elsewhere (``spent``: a name read past
-        before, by the caller; a try that failed, here) is refused, not "cannot tell": a
-        read given the whole time may have found the batch (:meth:`_cut_short`).
-
-        :raises fanout.TransientSinkError: when it still fails after those attempts, or
-            when ``deadline`` passes with it failing, or after ``spent``.
-        :raises fanout.SinkWriteError: at once, when its error cannot pass.
-        """
-        from confluent_kafka import KafkaException
-
-        from fanout_kafka.renamed import (
-            READ_ATTEMPTS,
-            RETRY_PAUSE_S,
-            read_error_is_transient,
-            read_error_is_unauthorized,
-            tail_writers,
-        )
-
-        unread = (
-            f"the topic's records since the batch's planning not all read within its "
-            f"open_timeout_s={self.open_timeout_s:g} s: raise it to read them"
-        )
-        attempt = 0
-        while True:
-            attempt += 1
-            left = deadline - time.monotonic()
-            if left <= 0:
-                if spent:
-                    raise self._cut_short(batch_id, topic, spent)
-                return None, {}, unread
-            try:
-                writers = tail_writers(
-                    ADMINS.client(config), config, topic, pipeline, exclude, batch_id,
-                    left, since_ms=since_ms,
-                )  # fmt: skip
-                if writers is None and spent:
-                    raise self._cut_short(batch_id, topic, spent)
-                held = {
-                    other: self._markers_hold(config, pipeline, epoch, batch_id, other,
-                                              max(deadline - time.monotonic(), 0.001))
-                    for other in sorted(writers or {})
-                }  # fmt: skip
-                return writers, held, unread
-            except (KafkaException, TimeoutError) as exc:
-                error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
-                transient = not hasattr(error, "code") or read_error_is_transient(error)
-                if not transient and read_error_is_unauthorized(error):
-                    said = redact(str(exc), self.secret_values())
-                    return None, {}, (
-                        f"the sink may not read it: {said}; grant the sink's principal READ "
-                        f"on the topic (or the group the error names) to have it checked, "
-                        f"or rename a sink only once `fanout status` shows its last batch "
-                        f"marked"
-                    )  # fmt: skip
-                pause = RETRY_PAUSE_S * attempt
-                if transient and attempt < READ_ATTEMPTS and time.monotonic() + pause < deadline:
-                    log.info(
-                        "sink %r, batch %d: reading the end of topic %r failed (attempt %d of "
-                        "%d), trying again: %s", self.name, batch_id, topic, attempt,
-                        READ_ATTEMPTS, redact(str(exc), self.secret_values()),
-                    )  # fmt: skip
-                    time.sleep(pause)
-                    spent = f"a try that failed with an error worth trying again ({error})"
-                    continue
-                raise self._unread_tail(batch_id, topic, exc, transient, attempt) from exc
-
-    def _cut_short(self, batch_id: int, topic: str, spent: str) -> TransientSinkError:
-        """The refusal of batch ``batch_id``'s first write when the read of the end of
-        ``topic`` ran out of ``open_timeout_s`` after part of it went to ``spent``: a read
-        given the whole time (before the shared deadline, each got its own) may have found
-        the old name's batch, so writing would risk it twice. Transient: a restart reads
-        again with the whole time."""
-        return TransientSinkError(
-            f"cannot write batch {batch_id}, this sink's first write to topic {topic!r} in "
-            f"the epoch: the read of the topic's end for its records of a sink the pipeline "
-            f"no longer configures (one renamed after it committed the batch and before its "
-            f"ledger mark) did not end within its open_timeout_s={self.open_timeout_s:g} s "
-            f"after {redact(spent, self.secret_values())}. Not written, so as not to write "
-            f"such a batch twice: the run fails; restart it (the read starts again with the "
-            f"whole time), or raise the sink's open_timeout_s",
-            sink=self.name, batch_id=batch_id,
-        )  # fmt: skip
-
-    def _unread_tail(
-        self, batch_id: int, topic: str, exc: BaseException, transient: bool, attempts: int
-    ) -> SinkError:
-        """The refusal of batch ``batch_id``'s first write when the end of ``topic`` (or a
-        vanished name's markers) cannot be read: ``transient`` after ``attempts`` tries
-        (:class:`fanout.TransientSinkError`: the batch is tried again as any transient
-        failure), else at once (:class:`fanout.SinkWriteError`)."""
-        said = redact(str(exc), self.secret_values())
-        why = (
-            f"failed {'once' if attempts == 1 else f'{attempts} times'} within its "
-            f"open_timeout_s={self.open_timeout_s:g} s with an error worth trying again "
-            f"({said}): the run "
-            "fails; restart it once the brokers answer (if they answer and the read used its "
-            "time up, a deep topic's, with the sink's open_timeout_s raised)"
-            if transient
-            else f"failed ({said}), an error trying again does not clear: fix it (the "
-            "topic, its partitions, the sink's rights to read it) and restart"
-        )
-        text = (
-            f"cannot write batch {batch_id}, this sink's first write to topic {topic!r} in "
-            f"the epoch: the read of the topic's end for its records of a sink the pipeline "
-            f"no longer configures (one renamed after it committed the batch and before its "
-            f"ledger mark) {why}. Not written, so as not to write such a batch twice"
-        )
-        if transient:
-            return TransientSinkError(text, sink=self.name, batch_id=batch_id)
-        return SinkWriteError(text, sink=self.name, batch_id=batch_id)
-
-    def after_partitions(self, batch: Batch, outcomes: Sequence[PartitionOutcome]) -> None:
-        """Every partition committed or was skipped: no transaction of this attempt is
-        left open; after the first batch of an ``open()``, and hourly, the topic's id is
-        recorded (:meth:`_record_topic_id`)."""
-        super().after_partitions(batch, outcomes)
-        self._unsettled = False
-        recorded = self._topic_id_recorded
-        if recorded is None or time.monotonic() - recorded[0] >= self.topic_id_refresh_s:
-            self._record_topic_id(batch)
-
-    def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> KafkaPartitionWriter:
-        """One transaction per partition, committing the batch's plan with its marker; on a
-        broker whose markers may be held back, with a token of this attempt
-        (:mod:`fanout_kafka.reruns`)."""
-        attempt = new_attempt() if self._end_turns is not None else ""
-        settings = replace(self.settings(batch), plan=plan, attempt=attempt)
-        return KafkaPartitionWriter(settings, batch.batch_id)
-
-    def result_details(self, outcomes: Sequence[PartitionOutcome]) -> Mapping[str, Any]:
-        """The records sent to the dead-letter target."""
-        return {"dead_letters": sum(o.dead_lettered for o in outcomes)}
-
-    def partitioned_by(self) -> Sequence[str] | Literal["*"]:
-        """The key columns, or the whole row when keyless: a replay skips committed
-        partitions, so these must be deterministic (:mod:`fanout.partitioned.membership`)."""
-        return self._key_columns or WHOLE_ROW
-
-    def exclusive_resources(self, pipeline: str) -> Sequence[str]:
-        """The transactional ids ``<prefix>-<p>``: two sinks on one prefix fence each
-        other's producers in every batch. Claimed whatever the brokers: two bootstrap
-        lists cannot be told to reach different clusters."""
-        prefix = self.transactional_id_prefix
-        if prefix is None or self._derived_prefix:
-            prefix = default_transactional_id_prefix(pipeline, self.name)
-        return (f"the Kafka transactional ids {prefix}-<p> (transactional_id_prefix {prefix!r})",)
-
-    def secret_values(self) -> Sequence[str]:
-        """Passwords, keys and tokens among the producer settings."""
-        return secret_values(self.producer)
-
-    def is_transient(self, error: BaseException) -> bool:
-        """Aborted transactions (:class:`KafkaAbortedError`) are worth a replay; fenced
-        producers and bad records are not."""
-        return super().is_transient(error)
+        return topic_missing(self.name, self.bootstrap_servers, self.producer,
+                             self.open_timeout_s, self.topic)  # fmt: skip
 
     # -- configuration ---------------------------------------------------------------------
 
     def settings(self, batch: Batch) -> WriterSettings:
         """The picklable configuration of one batch's partition tasks. Every write reads
         it first (the markers, the partition writers, the dead letters), so the topics
-        :meth:`open` found missing are created here, once."""
+        :meth:`open` found missing are created here, once
+        (:func:`fanout_kafka.admin.create_missing_topics`: one admin connection at the
+        first write, none after)."""
         pipeline, batch_id = batch.pipeline, batch.batch_id
         if self.max_record_bytes is None or self.transactional_id_prefix is None:
             raise ConfigurationError(f"Kafka sink {self.name!r}: write() before open()")
-        self._create_missing_topics(batch)
+        if self._to_create:
+            from fanout_kafka.admin import create_missing_topics
+
+            create_missing_topics(self.name, str(self.bootstrap_servers), self.producer,
+                                  self.open_timeout_s, self._to_create, self._topic_spec,
+                                  batch_id)  # fmt: skip
         header_columns: tuple[str, ...] = ()
         if not isinstance(self.headers, bool):
             header_columns = columns(self.name, "headers", self.headers) or ()
@@ -1243,29 +840,24 @@ class KafkaSink(PartitionedSink):
             ledger=self._ledger,
         )
 
-    def _create_missing_topics(self, batch: Batch) -> None:
-        """Create the topics :meth:`open` found missing (``create_topic``), once per
-        ``open()``: one admin connection at the first write, none after."""
-        if not self._to_create:
-            return
-        from fanout_kafka.admin import Cluster
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Batches of the Arrow ``schema`` hold the columns the options name (``key``,
+        ``headers``, ``order_by``, ``value``), a ``value`` column is a string or binary, and
+        the columns written as JSON are of types it holds:
+        the checks of each batch (:meth:`_check_columns`), raising the same
+        :class:`SchemaMismatchError` without a batch id. Needs no broker; called by
+        ``fanout validate`` after :meth:`open`."""
+        from pyspark.sql.pandas.types import from_arrow_schema
 
-        servers = str(self.bootstrap_servers)
-        with Cluster(self.name, servers, self.producer, self.open_timeout_s) as cluster:
-            try:
-                cluster.connect()
-            except ConfigurationError as exc:  # out of reach, or refused: worth a retry
-                said = str(exc).removeprefix(f"sink {self.name!r}: ")
-                said = said.removeprefix(f"Kafka sink {self.name!r}: ")
-                raise TransientSinkError(said, sink=self.name, batch_id=batch.batch_id) from exc
-            spec = self._topic_spec
-            while self._to_create:
-                topic, option = self._to_create[0]
-                try:
-                    cluster.ensure_topic(topic, option, spec)
-                except ConfigurationError as exc:
-                    raise SinkWriteError(str(exc), sink=self.name, batch_id=batch.batch_id) from exc
-                self._to_create.pop(0)
+        self._check_columns(from_arrow_schema(schema), None)
+
+    def _check_columns(self, schema: Any, batch_id: int | None) -> None:
+        """Batches of ``schema`` (a Spark ``StructType``) can be encoded as the options
+        say (:func:`fanout_kafka.schema.check_columns`). ``batch_id`` is ``None`` before
+        the stream starts (:meth:`check_schema`)."""
+        check_columns(schema, batch_id, sink=self.name, key=self._key_columns,
+                      value=self.value, headers=self.headers,
+                      order_by=self.order_by)  # fmt: skip
 
     def _speculation_of(self, batch: Batch) -> bool | None:
         """``spark.speculation`` of the batch's session, read once (a static setting)."""
@@ -1287,180 +879,5 @@ class KafkaSink(PartitionedSink):
     def _topic_spec(self) -> TopicSpec | None:
         return parse_create_topic(self.name, self.create_topic)
 
-    def _error(self, message: str) -> ConfigurationError:
-        return ConfigurationError(f"Kafka sink {self.name!r}: {message}")
 
-    def _check_options(self) -> None:
-        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
-            raise self._error("option 'bootstrap_servers' is required (host:port[,host:port])")
-        if self.topic is None:
-            raise self._error("option 'topic' is required")
-        check_topic_name(self.name, "topic", self.topic)
-        check_topic_name(self.name, "marker_topic", self.marker_topic)
-        if self.marker_topic == self.topic:
-            raise self._error("options 'topic' and 'marker_topic' must differ")
-        for option in ("partitions", "transaction_timeout_ms"):
-            value = getattr(self, option)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise self._error(f"option {option!r} must be a positive integer, got {value!r}")
-        if not isinstance(self.value, str) or not self.value:
-            raise self._error(f"option 'value' must be 'json' or a column name, got {self.value!r}")
-        if not isinstance(self.headers, bool):
-            check_header_columns(self.name, columns(self.name, "headers", self.headers) or ())
-        columns(self.name, "key", self.key)
-        columns(self.name, "order_by", self.order_by)
-        if self.dead_letter is not None and not isinstance(self.dead_letter, str):
-            raise self._error("option 'dead_letter' must be a string: 'kafka:<topic>' or a path")
-        if self._dead_topic is not None and self._dead_topic in (self.topic, self.marker_topic):
-            raise self._error("option 'dead_letter' must not be the topic or the marker topic")
-        self._topic_spec  # noqa: B018  (validates create_topic)
-        limit = self.max_record_bytes
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise self._error(
-                f"option 'max_record_bytes' must be a positive integer, got {limit!r}"
-            )
-        if not isinstance(self.open_timeout_s, int | float) or self.open_timeout_s <= 0:
-            raise self._error("option 'open_timeout_s' must be a positive number of seconds")
-
-    def _check_producer_config(self) -> None:
-        from confluent_kafka import KafkaException, Producer
-
-        self.producer = check_producer_settings(self.name, self.producer)
-        config = producer_config(
-            self.producer,
-            str(self.bootstrap_servers),
-            f"{self.transactional_id_prefix}-0",
-            self.transaction_timeout_ms,
-        )
-        try:
-            Producer(config)  # librdkafka checks names and values; no connection needed
-        except (KafkaException, ValueError, TypeError) as exc:
-            raise self._error(f"invalid producer settings: {exc}") from None
-
-    def _check_transaction_timeout(self, cluster: Any) -> None:
-        ceiling = cluster.broker_config("transaction.max.timeout.ms")
-        if ceiling is not None and self.transaction_timeout_ms > int(ceiling):
-            raise self._error(
-                f"option 'transaction_timeout_ms' ({self.transaction_timeout_ms}) is over the "
-                f"broker's transaction.max.timeout.ms ({ceiling}); lower it"
-            )
-
-    def _warn_marker_retention(self, cluster: Any) -> None:
-        """Markers are offsets of member-less groups, which the broker forgets after
-        ``offsets.retention.minutes``: a query restarted later than that after a crash in
-        the middle of a batch writes that batch's committed partitions again. Say how long
-        the window is (a warning when it is under a week). Brokers that do not report it
-        (``describe_configs`` refused or unanswered), or report an unusable value, are
-        warned of once per process, brokers and value, at info level after
-        (:func:`fanout_kafka.renewal.say_unusable_retention`), naming what fanout assumes
-        (Kafka's default, perhaps longer than theirs) and that it renews the markers
-        hourly instead; Tansu, which reports none and keeps offsets for ever, only at info
-        level."""
-        value = self._offsets_retention = cluster.broker_config("offsets.retention.minutes")
-        minutes = retention_minutes(value)
-        if minutes is None:
-            if self._end_turns is not None:  # Tansu (open() knows it by its cluster id)
-                log.info(
-                    "sink %r: the broker (Tansu) does not report offsets.retention.minutes "
-                    "and expires no committed offset: the partition markers last as long as "
-                    "its storage keeps them", self.name,
-                )  # fmt: skip
-                return
-            say_unusable_retention(self.name, str(self.bootstrap_servers), value)
-            return
-        level = logging.WARNING if minutes < MARKER_RETENTION_WARN_MINUTES else logging.INFO
-        log.log(
-            level,
-            "sink %r: the broker forgets partition markers %d minute(s) (%.1f days) after "
-            "their last commit (offsets.retention.minutes): restart a query that failed in "
-            "the middle of a batch within that time, or the partitions it had committed are "
-            "written again; raise offsets.retention.minutes on the brokers to widen the window",
-            self.name,
-            minutes,
-            minutes / 1440,
-        )
-
-    def check_schema(self, schema: pa.Schema) -> None:
-        """Batches of the Arrow ``schema`` hold the columns the options name (``key``,
-        ``headers``, ``order_by``, ``value``), a ``value`` column is a string or binary, and
-        the columns written as JSON are of types it holds:
-        the checks of each batch (:meth:`_check_columns`), raising the same
-        :class:`SchemaMismatchError` without a batch id. Needs no broker; called by
-        ``fanout validate`` after :meth:`open`."""
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        self._check_columns(from_arrow_schema(schema), None)
-
-    def _check_columns(self, schema: Any, batch_id: int | None) -> None:
-        """Batches of ``schema`` (a Spark ``StructType``) can be encoded as the options
-        say: every column they name is there, the partitioning columns (the key, or every
-        column when keyless) hold no map or variant Spark cannot hash, a ``value`` column is
-        a string or binary, and
-        every column written as JSON is of a type JSON holds faithfully
-        (:mod:`fanout_kafka.json_types`).
-        ``batch_id`` is ``None`` before the stream starts (:meth:`check_schema`)."""
-        names = list(schema.fieldNames())
-        types = {f.name: f.dataType.simpleString() for f in schema.fields}
-        wanted = {
-            "key": self._key_columns or (),
-            "order_by": columns(self.name, "order_by", self.order_by) or (),
-            "headers": ()
-            if isinstance(self.headers, bool)
-            else columns(self.name, "headers", self.headers) or (),
-            "value": () if self.value == "json" else (self.value,),
-        }
-        missing = sorted({c for cols in wanted.values() for c in cols if c not in names})
-        if missing:
-            options = [o for o, cols in wanted.items() if any(c in missing for c in cols)]
-            option = "option" if len(options) == 1 else "options"
-            raise SchemaMismatchError(
-                f"column(s) {', '.join(map(repr, missing))} named by {option} "
-                f"{', '.join(map(repr, options))} are not in the batch (columns: "
-                f"{', '.join(names)}); add them in the query or the sink's select, or change "
-                f"the {option}",
-                sink=self.name, batch_id=batch_id, columns=missing,
-            )  # fmt: skip
-        if self.value != "json" and types.get(self.value) not in ("string", "binary"):
-            raise SchemaMismatchError(
-                f"option 'value' names column {self.value!r} of type {types.get(self.value)}; "
-                "it must be a string or binary column (or use value='json')",
-                sink=self.name, batch_id=batch_id, columns=[self.value],
-            )  # fmt: skip
-        # the JSON of the row (value='json'), of a multi-column key, and the text of a key
-        # or header that is not a string: a value it cannot hold fails here, not per record
-        encoded = None if self.value == "json" else [*wanted["key"], *wanted["headers"]]
-        problems = unwritable(schema, encoded)
-        if problems:
-            bad = list(dict.fromkeys(p.column for p in problems))
-            raise SchemaMismatchError(
-                "batch column(s) cannot be written as JSON faithfully: "
-                + "; ".join(p.describe() for p in problems),
-                sink=self.name, batch_id=batch_id, columns=bad,
-            )  # fmt: skip
-        # keyless: every column is hashed into the partition membership digest
-        keys = wanted["key"]
-        check_hashable(schema, keys or names, keyed=bool(keys), sink=self.name,
-                       batch_id=batch_id)  # fmt: skip
-
-    def partition_failure(
-        self, batch: Batch, failed: Sequence[PartitionOutcome], outcomes: Sequence[PartitionOutcome]
-    ) -> SinkError:
-        """One error naming every failed partition's cause; its class by the worst kind:
-        fenced, then bad record, then aborted (transient) when all are transient."""
-        done = [o.partition for o in outcomes if o.status in ("committed", "skipped")]
-        lines = [
-            f"{len(failed)} of {len(outcomes)} partition(s) failed; partitions holding the "
-            f"batch (skipped on replay): {done or 'none'}"
-        ]
-        lines += [f"  - {o.failure.message}" for o in failed if o.failure is not None]
-        message = "\n".join(lines)
-        kinds = {o.failure.kind for o in failed if o.failure is not None}
-        worst = next((k for k in _FAILURE_ORDER if k in kinds), "error")
-        error_class: type[SinkError] = SinkWriteError
-        if worst == "fenced":
-            error_class = KafkaFencedError
-        elif worst == "bad_record":
-            error_class = KafkaBadRecordError
-        elif all(o.failure is not None and o.failure.transient for o in failed):
-            error_class = KafkaAbortedError
-        return error_class(message, sink=self.name, batch_id=batch.batch_id)
+__all__ = ["MARKER_RETENTION_WARN_MINUTES", "KafkaSink"]

@@ -192,7 +192,93 @@ def recorded_for(
     return None
 
 
+def replaced_since(
+    admin_config: dict[str, Any],
+    marker_topic: str,
+    scope: str,
+    sink: str,
+    topic: str,
+    timeout_s: float,
+) -> str | None:
+    """Why ``topic`` was deleted and created again since: its id is not the one recorded in
+    ``scope`` (:func:`topic_replaced`: one offset read, one describe request) and it holds
+    no record (:func:`holds_records`). One under another id that holds records was
+    restored from a mirror (the refusal's own way on): ``None``, its markers answer (the
+    sink's :meth:`~fanout_kafka.sink.KafkaSink.target_replaced`)."""
+    from fanout_kafka.driver_admins import ADMINS
+
+    replaced_, now, group = topic_replaced(admin_config, marker_topic, scope, sink, topic,
+                                           timeout_s)  # fmt: skip
+    if replaced_ and holds_records(ADMINS.client(admin_config), topic, timeout_s):
+        log.info(
+            "sink %r: topic %r has id %s now, not the one recorded when its marked "
+            "batches were written (group %r), but holds records (restored from a "
+            "mirror?): its markers answer", sink, topic, now, group,
+        )  # fmt: skip
+        return None
+    if not replaced_:
+        return None
+    log.warning(
+        "sink %r: topic %r has id %s now, not the one recorded when its marked "
+        "batches were written (group %r): it was deleted and created again since",
+        sink, topic, now, group,
+    )  # fmt: skip
+    return (
+        f"topic {topic!r} has id {now} now, not the one recorded when its marked batches "
+        f"were written (group {group!r} on marker topic {marker_topic!r}), and holds "
+        "no record"
+    )
+
+
+def commit_run_topic_id(
+    admin_config: dict[str, Any],
+    marker_topic: str,
+    scope: str,
+    sink: str,
+    topic: str,
+    kept: str | None,
+    batch_id: int,
+    timeout_s: float,
+) -> tuple[bool, str | None]:
+    """Commit the id of ``topic`` for sink ``sink`` in ``scope`` (:func:`record_topic_id`),
+    after a batch (``batch_id``) whose partitions all committed or were skipped
+    (:meth:`~fanout_kafka.sink.KafkaSink.after_partitions`): the id the run recorded first
+    (``kept``), else the broker's now. An id other than ``kept`` (the topic re-created
+    during the run) is logged and not committed: the old one refuses the next run.
+    Whether it was committed (a failure is logged: the caller tries again after the next
+    batch, as the batch committed, nothing is raised), and the id committed."""
+    from confluent_kafka import KafkaException
+
+    from fanout_kafka.driver_admins import ADMINS
+
+    admin = ADMINS.client(admin_config)
+    group = topic_id_group(scope, sink, topic)
+    try:
+        # a describe that failed is tried again: the old id left would refuse the
+        # next run after an accepted re-creation; the batch committed, so no raise
+        now = described_topic_id(admin, topic, timeout_s)
+        if kept is not None and now is not None and now != kept:
+            log.warning(
+                "sink %r, batch %d: topic %r has id %s now, not %s, recorded after this "
+                "run's first batch: it was deleted and created again during the run; the "
+                "old id is kept in group %r, so the next run's lost-target check refuses it",
+                sink, batch_id, topic, now, kept, group,
+            )  # fmt: skip
+        now = kept or now
+        if now is not None:
+            record_topic_id(admin, marker_topic, group, topic, now, timeout_s)
+    except (KafkaException, TimeoutError) as exc:
+        log.warning(
+            "sink %r, batch %d: cannot record the id of topic %r in group %r (tried "
+            "again after the next batch): %s",
+            sink, batch_id, topic, group, exc,
+        )  # fmt: skip
+        return False, None
+    return True, now
+
+
 __all__ = [
+    "commit_run_topic_id",
     "current_topic_id",
     "described_topic_id",
     "holds_records",
@@ -201,6 +287,7 @@ __all__ = [
     "record_topic_id",
     "recorded_for",
     "replaced",
+    "replaced_since",
     "topic_id_group",
     "topic_replaced",
 ]

@@ -267,8 +267,9 @@ def test_a_batch_renews_the_markers_again_once_the_last_renewal_is_the_interval_
     ``open()``'s first batch: a run going on for longer than the retention lost them."""
     monkeypatch.setattr(KafkaSink, "marker_renewal_s", 3600.0)
     later = [0.0]  # what the sink's clock is moved on by
-    monkeypatch.setattr(sink_module, "time",
-                        SimpleNamespace(monotonic=lambda: time.monotonic() + later[0]))  # fmt: skip
+    clock = SimpleNamespace(monotonic=lambda: time.monotonic() + later[0])
+    monkeypatch.setattr(sink_module, "time", clock)
+    monkeypatch.setattr(renewal, "time", clock)  # the renewal schedule's clock
     topic, pipeline = f"rn-{uuid.uuid4().hex[:8]}", f"rn{uuid.uuid4().hex[:6]}"
     create_topic(kafka.bootstrap, topic, 1)
     sink = _sink(kafka, topic, pipeline)
@@ -324,14 +325,14 @@ def test_the_renewal_interval_is_half_the_retention_the_brokers_report(
 
     sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: "60"))
     clock = [1000.0]
-    monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(renewal, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     asked: list[tuple[str, int]] = []
 
     def renew(settings: Any, span: int, batch_id: int, *, warn: bool) -> renewal.Renewal:
         asked.append((settings.scope, batch_id))
         return renewal.Renewal()
 
-    monkeypatch.setattr(sink_module, "renew_markers", renew)
+    monkeypatch.setattr(renewal, "renew_markers", renew)
     for at, scope, batch_id in [(0, "p", 0), (1799, "p", 1), (1800, "p", 2), (1801, "p", 3),
                                 (1801, "p@e1", 4), (3599, "p", 5), (3600, "p", 6)]:  # fmt: skip
         clock[0] = 1000.0 + at
@@ -351,7 +352,7 @@ def test_a_renewal_that_failed_is_tried_a_minute_later_and_warned_once_per_inter
     sink = KafkaSink("events", bootstrap_servers="b:1", topic="t")
     sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: "60"))
     clock = [0.0]
-    monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(renewal, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     failed, unread, done = (renewal.Renewal(failed=("t-0",)), renewal.Renewal(unread=True),
                             renewal.Renewal(renewed={"g": 1}))  # fmt: skip
     answers = {0: failed, 2: unread, 3: failed, 4: failed, 5: done, 7: failed, 9: done,
@@ -362,7 +363,7 @@ def test_a_renewal_that_failed_is_tried_a_minute_later_and_warned_once_per_inter
         asked.append((settings.scope, batch_id, warn))
         return answers.get(batch_id, done)
 
-    monkeypatch.setattr(sink_module, "renew_markers", renew)
+    monkeypatch.setattr(renewal, "renew_markers", renew)
     for at, scope, batch_id in [(0, "p", 0), (10, "p", 1), (60, "p", 2), (70, "p@e1", 3),
                                 (1799, "p", 4), (1860, "p", 5), (3659, "p", 6),
                                 (3660, "p", 7), (3670, "p", 8), (3720, "p", 9),
@@ -393,14 +394,14 @@ def test_a_renewal_that_raises_is_tried_again_later_and_warned_once(
     sink = KafkaSink("events", bootstrap_servers="b:1", topic="t")
     sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: "60"))
     clock = [0.0]
-    monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(renewal, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     asked: list[tuple[int, bool]] = []
 
     def renew(settings: Any, span: int, batch_id: int, *, warn: bool) -> renewal.Renewal:
         asked.append((batch_id, warn))
         raise TransientSinkError("cannot end it", sink="events", batch_id=batch_id)
 
-    monkeypatch.setattr(sink_module, "renew_markers", renew)
+    monkeypatch.setattr(renewal, "renew_markers", renew)
     clock[0] = 0.0
     with pytest.raises(TransientSinkError):
         sink._renew_markers(SimpleNamespace(scope="p"), 2, 0)  # type: ignore[arg-type]
@@ -488,7 +489,7 @@ def test_a_renewal_that_waited_out_its_timeout_is_retried_a_minute_after_it_ende
     sink = KafkaSink("events", bootstrap_servers="b:1", topic="t")
     sink._warn_marker_retention(SimpleNamespace(broker_config=lambda name: "60"))
     clock = [0.0]
-    monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(renewal, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     asked: list[int] = []
 
     def renew(settings: Any, span: int, batch_id: int, *, warn: bool) -> renewal.Renewal:
@@ -496,7 +497,7 @@ def test_a_renewal_that_waited_out_its_timeout_is_retried_a_minute_after_it_ende
         clock[0] += 60.0  # the read's timeout
         return renewal.Renewal(unread=True)
 
-    monkeypatch.setattr(sink_module, "renew_markers", renew)
+    monkeypatch.setattr(renewal, "renew_markers", renew)
     for batch_id in range(3):  # each 1 s after the one before ended
         clock[0] += 1.0
         sink._renew_markers(SimpleNamespace(scope="p"), 2, batch_id)  # type: ignore[arg-type]

@@ -37,7 +37,7 @@ class Markers:
         monkeypatch.setattr(former_ids, "recorded_prefix", self.prefix)
         monkeypatch.setattr(kit, "check_committed", self.check)
         # no broker: the marker groups' renewal would wait out its timeout at each try
-        monkeypatch.setattr(sink_module, "renew_markers", self.renew)
+        monkeypatch.setattr(renewal, "renew_markers", self.renew)
 
     def span(self, config: Any, settings: Any, partitions: int, first: Any = None) -> int:
         self.spans.append(partitions)  # recorded once per open() and scope, not per read

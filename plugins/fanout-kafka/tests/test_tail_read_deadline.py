@@ -70,7 +70,7 @@ def test_the_tail_read_and_its_tries_again_end_within_open_timeout_s() -> None:
     config = {**admin_config(sink.producer, bootstrap), "log_level": 0}
     started = time.monotonic()
     with pytest.raises(TransientSinkError) as caught:
-        sink._read_tail(config, "orders", "p", 0, 4, {"events"}, None, started + 2)
+        sink._tail_check().read_tail(config, "orders", "p", 0, 4, {"events"}, None, started + 2)
     took = time.monotonic() - started
     assert took < 4.0, took  # the 2 s given, and a margin for a loaded machine
     text = str(caught.value)
@@ -94,7 +94,9 @@ def test_a_tail_read_with_no_time_left_cannot_tell_and_reads_nothing() -> None:
     sink = KafkaSink("events", bootstrap_servers=bootstrap, topic="orders", open_timeout_s=2)
     config = {**admin_config(sink.producer, bootstrap), "log_level": 0}
     started = time.monotonic()
-    writers, held, unread = sink._read_tail(config, "orders", "p", 0, 4, set(), None, started)
+    writers, held, unread = sink._tail_check().read_tail(
+        config, "orders", "p", 0, 4, set(), None, started
+    )
     assert (writers, held) == (None, {})
     assert "not all read within its open_timeout_s=2 s: raise it to read them" in unread
     assert time.monotonic() - started < 0.5
@@ -192,7 +194,9 @@ def test_a_read_again_after_a_failed_try_that_runs_out_of_time_refuses(
     sink = KafkaSink("events", bootstrap_servers=bootstrap, topic="orders", open_timeout_s=1)
     config = {"bootstrap.servers": bootstrap, "log_level": 0}
     with pytest.raises(TransientSinkError) as caught:
-        sink._read_tail(config, "orders", "p", 0, 4, {"events"}, None, time.monotonic() + 1)
+        sink._tail_check().read_tail(
+            config, "orders", "p", 0, 4, {"events"}, None, time.monotonic() + 1
+        )
     assert len(tries) == 2 and tries[1] < 0.5
     text = str(caught.value)
     assert text.startswith(

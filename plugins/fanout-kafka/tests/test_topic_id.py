@@ -234,9 +234,9 @@ def test_an_id_recorded_for_another_topic_is_no_record_though_the_names_digests_
 
     before.ids = [_Uuid(3, 4)]  # topic orders, another id
     orders = KafkaSink("k", bootstrap_servers="127.0.0.1:9", topic="orders")
-    assert orders._topic_replaced({}, "p") is None
+    assert orders.target_replaced("p", 0, 0) is None
     # the same topic re-created is still told
-    assert payments._topic_replaced({}, "p") is not None
+    assert payments.target_replaced("p", 0, 0) is not None
 
 
 def test_an_older_fanouts_group_is_read_while_this_ones_has_none(
@@ -253,11 +253,11 @@ def test_an_older_fanouts_group_is_read_while_this_ones_has_none(
     monkeypatch.setattr(sink_module.ADMINS, "client", lambda config: admin)
     _recorded(monkeypatch, admin)
     sink = KafkaSink("k", bootstrap_servers="127.0.0.1:9", topic="orders")
-    assert sink._topic_replaced({}, "p") is None  # nothing recorded
+    assert sink.target_replaced("p", 0, 0) is None  # nothing recorded
     admin.committed = [("fanout/p/k/topic-id", pack_topic_id("orders", "1:-2"))]
-    assert sink._topic_replaced({}, "p") is not None  # an older fanout's record of this topic
+    assert sink.target_replaced("p", 0, 0) is not None  # an older fanout's record of this topic
     admin.committed.append(("fanout/p/k/topic-id/orders", pack_topic_id("orders", "3:4")))
-    assert sink._topic_replaced({}, "p") is None  # this version's record wins
+    assert sink.target_replaced("p", 0, 0) is None  # this version's record wins
 
 
 def test_a_refusal_names_the_group_the_recorded_id_was_read_from(
@@ -276,7 +276,7 @@ def test_a_refusal_names_the_group_the_recorded_id_was_read_from(
     sink = KafkaSink("k", bootstrap_servers="127.0.0.1:9", topic="orders", marker_topic="m")
     admin.committed = [("fanout/p/k/topic-id", pack_topic_id("orders", "1:-2"))]
     with caplog.at_level("WARNING", logger="fanout_kafka"):
-        said = sink._topic_replaced({}, "p")
+        said = sink.target_replaced("p", 0, 0)
     assert said == (
         "topic 'orders' has id 3:4 now, not the one recorded when its marked batches were "
         "written (group 'fanout/p/k/topic-id' on marker topic 'm'), and holds no record"
@@ -288,5 +288,5 @@ def test_a_refusal_names_the_group_the_recorded_id_was_read_from(
     ]
     admin.committed = [("fanout/p/k/topic-id/orders", pack_topic_id("orders", "1:-2"))]
     assert "(group 'fanout/p/k/topic-id/orders' on marker topic 'm')" in str(
-        sink._topic_replaced({}, "p")
+        sink.target_replaced("p", 0, 0)
     )
