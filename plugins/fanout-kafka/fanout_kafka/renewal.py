@@ -316,7 +316,7 @@ def marker_renewal_interval_s(
     return renewal_interval_s(retention, unreported_s=unreported)
 
 
-@dataclass(frozen=True)
+@dataclass
 class RenewalSchedule:
     """When a sink renews each scope's marker groups, by its times (``time.monotonic``)
     per scope of this ``open()``: of the last complete renewal (``renewed``), of the last

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fanout.errors import ConfigurationError
 from fanout.observe.secrets import NO_SECRETS, SinkSecrets
 from fanout_kafka.markers import marker_group
 from fanout_kafka.options import (
@@ -298,8 +299,6 @@ def check_producer_accepted(
 
     :raises fanout.ConfigurationError: naming what it refused."""
     from confluent_kafka import KafkaException, Producer
-
-    from fanout.errors import ConfigurationError
 
     config = producer_config(producer, bootstrap_servers, f"{prefix}-0", transaction_timeout_ms)
     try:

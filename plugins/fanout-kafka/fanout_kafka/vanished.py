@@ -41,7 +41,9 @@ class TailCheck:
     :param topic: the sink's topic.
     :param timeout_s: the sink's ``open_timeout_s``: the whole read's time.
     :param secrets: what is masked in the errors said.
-    :param markers_hold: a name's markers' answer for a batch (:data:`MarkersHold`).
+    :param markers_hold: a name's markers' answer for a batch (:data:`MarkersHold`): the
+        sink's own, which asks the dead-letter journals too and so may create a missing
+        topic, as it did when this read was the sink's method.
     """
 
     sink: str
