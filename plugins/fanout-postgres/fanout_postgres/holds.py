@@ -23,6 +23,7 @@ from fanout.observe.secrets import redact
 from fanout_postgres.deadletter import PostgresDeadLetters, refused_held
 from fanout_postgres.identifiers import TableName, parse_table
 from fanout_postgres.membership import (
+    REPLACED_UNDER_ITS_NAME,
     SinkRecords,
     committed_partitions,
     current_oid,
@@ -36,13 +37,6 @@ from fanout_postgres.membership import (
 from fanout_postgres.plan import reflect
 
 logger = logging.getLogger("fanout_postgres.sink")  # the sink's: its records keep that name
-
-REPLACED_UNDER_ITS_NAME = (
-    "the table was renamed away, or dropped, and another created under its name"
-)
-"""What another OID under the sink's table name means: in the run start's lost-target
-reason (:func:`replaced`) and the replay's refusal
-(:func:`fanout_postgres.replay_refusals.refuse_moved`)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +53,23 @@ class AllCommitted:
     """The refused rows they keep or count that no PostgreSQL table holds."""
     unknown: bool
     """Upsert rows of an older fanout left some uncounted (:func:`letters_held`)."""
+
+
+@dataclass(frozen=True)
+class BatchLetters:
+    """Where the refused rows of one batch are looked for once its every partition
+    committed: the sink's dead-letter target ``dead``, under sink ``name``'s records of
+    batch ``batch_id`` of ``epoch`` of ``pipeline``."""
+
+    dead: DeadLetterTarget | None
+    pipeline: str
+    epoch: int
+    batch_id: int
+    name: str
+    sink: str
+    """The sink's own name, in the log."""
+    secrets: Callable[[], Sequence[str]]
+    """What to redact in the log (the sink's ``secret_values``, asked only when logging)."""
 
 
 def target_gone(conn: Any, table: TableName | None) -> bool:
@@ -111,27 +122,16 @@ def read_held(
     return AllCommitted(len(partitions), count, waiting, unknown)
 
 
-def letters_held(
-    committed: AllCommitted,
-    dead: DeadLetterTarget | None,
-    pipeline: str,
-    epoch: int,
-    batch_id: int,
-    name: str,
-    *,
-    sink: str,
-    secrets: Callable[[], Sequence[str]],
-) -> bool | PartlyHeld | None:
+def letters_held(committed: AllCommitted, letters: BatchLetters) -> bool | PartlyHeld | None:
     """The answer for a batch whose every partition committed (:func:`read_held`): held
-    whole once the rows they refused are in the dead-letter target ``dead``, which, when it
-    can tell (``read_rows``: a Delta table), is asked how many it holds of the batch; fewer,
-    or a target that cannot tell or none, is a :class:`PartlyHeld` naming them. Upsert rows
-    of an older fanout count none: :func:`_uncounted_letters`. ``sink``: the sink's name in
-    the log; ``secrets``: what to redact there."""
+    whole once the rows they refused are in the dead-letter target (``letters.dead``),
+    which, when it can tell (``read_rows``: a Delta table), is asked how many it holds of
+    the batch; fewer, or a target that cannot tell or none, is a :class:`PartlyHeld` naming
+    them. Upsert rows of an older fanout count none: :func:`_uncounted_letters`."""
     if committed.unknown:
-        return _uncounted_letters(dead, pipeline, epoch, batch_id, name, sink, secrets)
+        return _uncounted_letters(letters)
     waiting = committed.waiting
-    if waiting and _letters_kept(dead, pipeline, epoch, batch_id, name, secrets) < waiting:
+    if waiting and _letters_kept(letters) < waiting:
         return PartlyHeld(committed.partitions, committed.count, letters=waiting)
     return True
 
@@ -219,15 +219,7 @@ def moved(conn: Any, records: SinkRecords, scope: str, batch_id: int) -> bool:
     return True
 
 
-def _uncounted_letters(
-    dead: DeadLetterTarget | None,
-    pipeline: str,
-    epoch: int,
-    batch_id: int,
-    name: str,
-    sink: str,
-    secrets: Callable[[], Sequence[str]],
-) -> bool | None:
+def _uncounted_letters(letters: BatchLetters) -> bool | None:
     """Upsert, every partition committed, some by an older fanout, whose rows count no
     refused row (before migration ``0007_upsert_routes_refused``): held whole without a
     dead-letter target (nothing can wait for one) or when the target holds refused rows
@@ -237,30 +229,25 @@ def _uncounted_letters(
     tell a batch that refused none from one whose refused rows never reached the
     target, so no lost mark is recorded for it (its replay would skip them) and a
     reset is not refused for it either."""
-    if dead is None or _letters_kept(dead, pipeline, epoch, batch_id, name, secrets) > 0:
+    dead, epoch, batch_id = letters.dead, letters.epoch, letters.batch_id
+    if dead is None or _letters_kept(letters) > 0:
         return True
     text = (
         f"its upsert_routes rows of epoch {epoch} were written by an older fanout, which "
         f"counted no refused row, and {dead.describe()} holds none of the batch: "
         "cannot tell whether it refused none or the driver never wrote them there"
     )
-    logger.warning("sink %r, batch %d: %s", sink, batch_id, redact(text, secrets()))
+    logger.warning("sink %r, batch %d: %s", letters.sink, batch_id, redact(text, letters.secrets()))
     return None
 
 
-def _letters_kept(
-    dead: DeadLetterTarget | None,
-    pipeline: str,
-    epoch: int,
-    batch_id: int,
-    name: str,
-    secrets: Callable[[], Sequence[str]],
-) -> int:
-    """How many refused rows of the batch the dead-letter target ``dead`` holds
+def _letters_kept(letters: BatchLetters) -> int:
+    """How many refused rows of the batch the dead-letter target holds
     (:func:`fanout.deadletters.held.refused_rows_held`: 0 when it cannot tell, or
     there is none, or the read fails, logged: the batch then counts as part held)."""
-    return refused_rows_held(dead, pipeline, name, (epoch, batch_id), secrets=secrets(),
-                             logger=logger)  # fmt: skip
+    key = (letters.epoch, letters.batch_id)
+    return refused_rows_held(letters.dead, letters.pipeline, letters.name, key,
+                             secrets=letters.secrets(), logger=logger)  # fmt: skip
 
 
 def replaced(conn: Any, records: SinkRecords, table: TableName, scope: str, batch_id: int

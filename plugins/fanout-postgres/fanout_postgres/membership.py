@@ -373,6 +373,14 @@ def forget_replaced_marks(
     return int(deleted.rowcount or 0)
 
 
+REPLACED_UNDER_ITS_NAME = (
+    "the table was renamed away, or dropped, and another created under its name"
+)
+"""What another OID under the sink's table name means: in the run start's lost-target
+reason (:func:`fanout_postgres.holds.replaced`) and the replay's refusal
+(:func:`fanout_postgres.replay_refusals.refuse_moved`)."""
+
+
 def tables_now(conn: Any, oids: Collection[int]) -> dict[int, str]:
     """The schema-qualified name (SQL) each of ``oids`` that is still a table has now: one
     the records name, renamed away or moved to another schema since, or still where it

@@ -24,9 +24,9 @@ from fanout.contract.sql import sql_literal
 from fanout.deadletters.moved import refused_elsewhere
 from fanout.errors import RenamedSinkError, SinkWriteError, shell_word
 from fanout.partitioned.membership import CommittedPartition
-from fanout_postgres.holds import REPLACED_UNDER_ITS_NAME
 from fanout_postgres.identifiers import quote
 from fanout_postgres.membership import (
+    REPLACED_UNDER_ITS_NAME,
     MovedMarks,
     SinkRecords,
     batch_scope,

@@ -73,7 +73,14 @@ from fanout_postgres.direct import HELD, DirectCopyPolicy
 from fanout_postgres.failures import batch_error
 from fanout_postgres.fence import fence
 from fanout_postgres.gone import records_gone
-from fanout_postgres.holds import AllCommitted, letters_held, read_held, replaced, target_gone
+from fanout_postgres.holds import (
+    AllCommitted,
+    BatchLetters,
+    letters_held,
+    read_held,
+    replaced,
+    target_gone,
+)
 from fanout_postgres.identifiers import TableName
 from fanout_postgres.keyhash import hashed
 from fanout_postgres.membership import (
@@ -565,9 +572,10 @@ class PostgresSink(PartitionedSink):
 
     def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
         """Close the scopes of epochs ``0 .. epoch-1`` to this sink's partitions still in
-        flight (:meth:`fanout.Sink.fence_earlier_epochs`): one :data:`EPOCH_FENCE` record
-        of the sink in each, unless there is one (:meth:`_fence`). One transaction; append
-        waits there for the partitions of those scopes still writing."""
+        flight (:meth:`fanout.Sink.fence_earlier_epochs`): one
+        :data:`~fanout_postgres.statements.EPOCH_FENCE` record of the sink in each, unless
+        there is one (:meth:`_fence`). One transaction; append waits there for the
+        partitions of those scopes still writing."""
         if epoch <= 0:
             return
         with self._engine().connect() as conn:
@@ -575,9 +583,9 @@ class PostgresSink(PartitionedSink):
 
     def lift_epoch_fence(self, pipeline: str, epoch: int) -> bool | None:
         """The start of ``epoch`` was refused after :meth:`fence_earlier_epochs`: delete the
-        sink's :data:`EPOCH_FENCE` record in epoch ``epoch - 1``'s scope (the earlier
-        epochs' stay closed), so that epoch's checkpoint may be started again to complete
-        a batch (:meth:`fanout.Sink.lift_epoch_fence`). Whether there was one (the
+        sink's :data:`~fanout_postgres.statements.EPOCH_FENCE` record in epoch ``epoch - 1``'s
+        scope (the earlier epochs' stay closed), so that epoch's checkpoint may be started
+        again to complete a batch (:meth:`fanout.Sink.lift_epoch_fence`). Whether there was one (the
         ``DELETE`` removed a row)."""
         if epoch <= 0:
             return False
@@ -782,8 +790,9 @@ class PostgresSink(PartitionedSink):
             read = read_held(conn, self._own_records(), self._dead, name, scope, batch_id)
         if not isinstance(read, AllCommitted):
             return read
-        return letters_held(read, self._dead, pipeline, epoch, batch_id, name, sink=self.name,
-                            secrets=self.secret_values)  # fmt: skip
+        letters = BatchLetters(self._dead, pipeline, epoch, batch_id, name, self.name,
+                               self.secret_values)  # fmt: skip
+        return letters_held(read, letters)
 
     @contextmanager
     def _said_behind_migrations(self, engine: Any, what: str) -> Iterator[None]:
