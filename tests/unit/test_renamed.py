@@ -183,6 +183,7 @@ def test_the_three_checks_raise_one_class_with_one_advice(monkeypatch: pytest.Mo
     # the core's start check, the Delta sink's and the PostgreSQL append sink's own checks
     # at a first write (their lookups stubbed: their services are tested in the plugins)
     import fanout_delta.plans
+    import fanout_postgres.replay_refusals as pg_refusals
     import fanout_postgres.sink as pg
     from fanout_delta.fence import RenamedSinkError as DeltaRenamed
     from fanout_delta.fence import refuse_vanished_sink
@@ -215,13 +216,13 @@ def test_the_three_checks_raise_one_class_with_one_advice(monkeypatch: pytest.Mo
         newest = type("Table", (), {"version": lambda self: 7})()  # the batch's commit, newest
         refuse_vanished_sink(newest, batch, "new", "/lake/t", ["new"], False)  # type: ignore[arg-type]
     errors["delta"] = delta.value
-    monkeypatch.setattr(pg, "vanished_sink_marks", lambda *a: ("old", 1, [0, 1]))
+    monkeypatch.setattr(pg_refusals, "vanished_sink_marks", lambda *a: ("old", 1, [0, 1]))
     sink = pg.PostgresSink("new", url="postgresql://h/db", table="orders", mode="append")
     sink._table = type(
         "T", (), {"quoted": lambda self: '"orders"', "__str__": lambda self: "'orders'"}
     )()
     with pytest.raises(RenamedSinkError) as postgres:
-        sink._refuse_vanished_sink(None, batch, ("new",))
+        pg_refusals.refuse_vanished_sink(None, sink._own_records(), batch, ("new",), sink._dead)
     errors["postgres"] = postgres.value
     targets = {"core": "path '/data/orders'", "kafka": "path '/data/orders'",
                "delta": "the Delta table /lake/t", "postgres": "table 'orders'"}  # fmt: skip

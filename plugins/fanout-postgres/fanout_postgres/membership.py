@@ -26,13 +26,33 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from fanout.contract.batch import Batch, pipeline_scope
 from fanout.partitioned.membership import (
     WHOLE_ROW,
     CommittedPartition,
     PartitionDigest,
 )
 from fanout_postgres.deadletter import KEPT_IN
+from fanout_postgres.identifiers import TableName
 from fanout_postgres.statements import progress_table, upsert_routes_table
+
+
+@dataclass(frozen=True)
+class SinkRecords:
+    """Whose records in ``state_schema`` a driver-side check of the sink reads, and the table
+    they are compared with: the sink's name, its mode now (progress marks: append;
+    ``upsert_routes`` rows: upsert) and its table as :meth:`PostgresSink.open` resolved it
+    (``None`` before)."""
+
+    sink: str
+    mode: str
+    state_schema: str
+    table: TableName | None
+
+
+def batch_scope(batch: Batch) -> str:
+    """The pipeline scope of ``batch``'s epoch, which keys every record of it."""
+    return pipeline_scope(batch.pipeline, batch.info.epoch)
 
 
 def committed_partitions(conn: Any, state_schema: str, scope: str, sink: str, batch_id: int
@@ -351,6 +371,14 @@ def forget_replaced_marks(
         )
     )  # fmt: skip
     return int(deleted.rowcount or 0)
+
+
+REPLACED_UNDER_ITS_NAME = (
+    "the table was renamed away, or dropped, and another created under its name"
+)
+"""What another OID under the sink's table name means: in the run start's lost-target
+reason (:func:`fanout_postgres.holds.replaced`) and the replay's refusal
+(:func:`fanout_postgres.replay_refusals.refuse_moved`)."""
 
 
 def tables_now(conn: Any, oids: Collection[int]) -> dict[int, str]:
