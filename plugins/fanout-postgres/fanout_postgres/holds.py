@@ -58,15 +58,16 @@ class AllCommitted:
 @dataclass(frozen=True)
 class BatchLetters:
     """Where the refused rows of one batch are looked for once its every partition
-    committed: the sink's dead-letter target ``dead``, under sink ``name``'s records of
-    batch ``batch_id`` of ``epoch`` of ``pipeline``."""
+    committed: the sink's dead-letter target ``dead``, under sink ``records_of``'s records
+    of batch ``batch_id`` of ``epoch`` of ``pipeline`` (another name than the sink's own
+    when it asks for a name it had before)."""
 
     dead: DeadLetterTarget | None
     pipeline: str
     epoch: int
     batch_id: int
-    name: str
-    sink: str
+    records_of: str
+    logged_as: str
     """The sink's own name, in the log."""
     secrets: Callable[[], Sequence[str]]
     """What to redact in the log (the sink's ``secret_values``, asked only when logging)."""
@@ -237,7 +238,8 @@ def _uncounted_letters(letters: BatchLetters) -> bool | None:
         f"counted no refused row, and {dead.describe()} holds none of the batch: "
         "cannot tell whether it refused none or the driver never wrote them there"
     )
-    logger.warning("sink %r, batch %d: %s", letters.sink, batch_id, redact(text, letters.secrets()))
+    masked = redact(text, letters.secrets())
+    logger.warning("sink %r, batch %d: %s", letters.logged_as, batch_id, masked)
     return None
 
 
@@ -246,7 +248,7 @@ def _letters_kept(letters: BatchLetters) -> int:
     (:func:`fanout.deadletters.held.refused_rows_held`: 0 when it cannot tell, or
     there is none, or the read fails, logged: the batch then counts as part held)."""
     key = (letters.epoch, letters.batch_id)
-    return refused_rows_held(letters.dead, letters.pipeline, letters.name, key,
+    return refused_rows_held(letters.dead, letters.pipeline, letters.records_of, key,
                              secrets=letters.secrets(), logger=logger)  # fmt: skip
 
 

@@ -181,8 +181,9 @@ def refuse_moved(
     *,
     accept_lost: bool,
 ) -> list[tuple[CommittedPartition, str | None]]:
-    """Append, on a replay (the batch has marks ``found``): refuse, before any partition
-    writes, a batch whose marks recorded another table than the sink's now
+    """Append, on a replay (the batch has marks ``found``): refuse (or, accepted, forget:
+    marks deleted, below), before any partition writes, a batch whose marks recorded
+    another table than the sink's now
     (:func:`~fanout_postgres.membership.other_table_marks`): ``table`` moved after they
     committed and before the ledger mark (another OID and another name), or the table
     of that name replaced (another OID, the same name: renamed away, or dropped, and
