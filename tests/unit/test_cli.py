@@ -115,7 +115,7 @@ def test_plugins_names_the_optional_hooks_each_sink_type_implements(
 
 def test_a_sink_type_implementing_no_optional_hook_says_none() -> None:
     from fanout import Sink
-    from fanout.app.cli import _implements
+    from fanout.app.commands.plugins import _implements
 
     class Plain(Sink):
         def write(self, batch: object) -> int:

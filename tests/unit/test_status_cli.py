@@ -399,9 +399,10 @@ def test_a_traceback_masks_a_password_in_a_location() -> None:
     crash = (
         "import sys\n"
         "import fanout.app.cli as cli\n"
+        "import fanout.app.commands.status as status_command\n"
         "def boom(args):\n"
         "    raise OSError('store refused ' + args.ledger)\n"
-        "cli.cmd_status = boom\n"
+        "status_command.cmd_status = boom\n"
         f"sys.exit(cli.main(['status', '--ledger', 'az://user:{secret}@x/ledger']))\n"
     )
     done = subprocess.run(
