@@ -29,12 +29,13 @@ from fanout.app.commands import (
     status,
     validate,
 )
+from fanout.app.commands.output import masked_text
 from fanout.app.commands.recover import RECOVER_WHILE_RUNNING
 from fanout.app.commands.skip import SKIP_WHILE_RUNNING
 from fanout.errors import ConfigurationError, FanoutError, SinkUnreachableError
-from fanout.observe.logs import RedactingStream, known_secrets, register_secrets
+from fanout.observe.logs import RedactingStream, register_secrets
 from fanout.observe.logs import configure as configure_logging
-from fanout.observe.secrets import location_secrets, redact
+from fanout.observe.secrets import location_secrets
 from fanout.version import __version__
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ def _run(args: argparse.Namespace) -> int:
 def _masked(error: BaseException) -> str:
     """``error``'s text with every secret the sinks registered masked (stderr has no log
     handler to do it)."""
-    return redact(str(error), known_secrets())
+    return masked_text(str(error))
 
 
 def _discard_stdout() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from fanout.app.commands.newest import newest_marks, say_newest
-from fanout.app.commands.target import existing_ledger
+from fanout.app.commands.newest import ledger_newest_marks, say_newest
+from fanout.app.commands.scope import existing_ledger
 from fanout.errors import ConfigurationError
 
 
@@ -77,7 +77,7 @@ def cmd_lift_fence(args: argparse.Namespace) -> int:
     check_epoch(ledger, config.name, args.epoch)
     refuse_running_checkpoint(config, args.config)
     sinks = fencing_sinks(config, args.sink or ())
-    say_newest(newest_marks(ledger, config.name), config.name, STOP_FIRST)
+    say_newest(ledger_newest_marks(ledger, config.name), config.name, STOP_FIRST)
     if not sinks:
         print(f"pipeline {config.name!r}: no sink of {args.config} fences epochs: nothing to lift")
         return 0

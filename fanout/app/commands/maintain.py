@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from fanout.app.commands.newest import NEWEST_HELP, newest_marks, say_newest
-from fanout.app.commands.target import existing_ledger
+from fanout.app.commands.newest import NEWEST_HELP, ledger_newest_marks, say_newest
+from fanout.app.commands.scope import existing_ledger
 
 
 def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,7 +35,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     pipeline's newest write mark (no warning: maintenance beside a running pipeline is
     safe, docs/architecture.md §4, "Compactions that race")."""
     ledger = existing_ledger(args.ledger, None)
-    say_newest(newest_marks(ledger, None), None, None)
+    say_newest(ledger_newest_marks(ledger, None), None, None)
     report = ledger.maintain(
         checkpoint=not args.no_checkpoint,
         compact=not args.no_compact,

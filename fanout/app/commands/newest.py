@@ -18,7 +18,7 @@ NEWEST_HELP = (
 """The operator commands' help on the newest-mark line (:mod:`fanout.app.activity`)."""
 
 
-def newest_marks(ledger: DeltaLedger, pipeline: str | None) -> list[Any]:
+def ledger_newest_marks(ledger: DeltaLedger, pipeline: str | None) -> list[Any]:
     """Per pipeline (``None``: every pipeline of the ledger), its newest write mark now
     (:func:`fanout.app.activity.newest_marks_of`): one scan of seven columns of the
     pipeline's committed rows, reduced in Arrow, in the operator's command only, none on a
@@ -29,8 +29,8 @@ def newest_marks(ledger: DeltaLedger, pipeline: str | None) -> list[Any]:
 
 
 def say_newest(marks: Sequence[Any], pipeline: str | None, warning: str | None) -> None:
-    """Print each of ``marks`` (:func:`newest_marks`; none: ``pipeline`` has no write mark yet)
-    and whether its pipeline looks running; for one that does, ``warning`` on stderr (the
+    """Print each of ``marks`` (:func:`ledger_newest_marks`; none: ``pipeline`` has no write
+    mark yet) and whether its pipeline looks running; for one that does, ``warning`` on stderr (the
     command goes on: its exit code is its own)."""
     from fanout.app.activity import no_mark_yet
 

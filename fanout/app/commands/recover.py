@@ -6,9 +6,9 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from fanout.app.commands.newest import NEWEST_HELP, newest_marks, say_newest
+from fanout.app.commands.newest import NEWEST_HELP, ledger_newest_marks, say_newest
 from fanout.app.commands.output import masked_text
-from fanout.app.commands.target import Target, command_target, existing_ledger
+from fanout.app.commands.scope import CommandScope, command_scope, existing_ledger
 from fanout.errors import FanoutError
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     from fanout.ledger.entry import ledger_location
     from fanout.spool.table import read_spooled
 
-    target, config = command_target(args)
+    target, config = command_scope(args)
     for note in target.notes:
         print(f"pipeline {target.pipeline!r}: {note}")
     ledger = existing_ledger(target.ledger, target.config)
@@ -77,7 +77,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
         raise unknown_pipeline(target.ledger, target.pipeline, known)  # a typo, most likely
     spooled = None if target.spool is None else read_spooled(target.spool, target.pipeline)
     sinks = target.sinks if target.config is not None else None
-    say_newest(newest_marks(ledger, target.pipeline), target.pipeline, RECOVER_WHILE_RUNNING)
+    say_newest(ledger_newest_marks(ledger, target.pipeline), target.pipeline, RECOVER_WHILE_RUNNING)
 
     def facts(entries: Sequence[Any]) -> Any:
         found = recovery_of(target.pipeline, entries, spooled, target.spool, sinks)
@@ -111,7 +111,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ask_sinks(config: Any, target: Target, ledger: DeltaLedger, recovery: Any) -> Any:
+def _ask_sinks(config: Any, target: CommandScope, ledger: DeltaLedger, recovery: Any) -> Any:
     """Each sink of the pipeline file asked about the batch after its mark
     (:func:`fanout.app.recover_sinks.ask_sinks`)."""
     from fanout.app.recover_sinks import ask_sinks

@@ -7,8 +7,8 @@ import argparse
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from fanout.app.commands.newest import NEWEST_HELP, newest_marks, say_newest
-from fanout.app.commands.target import Target, command_target, existing_ledger
+from fanout.app.commands.newest import NEWEST_HELP, ledger_newest_marks, say_newest
+from fanout.app.commands.scope import CommandScope, command_scope, existing_ledger
 from fanout.contract.locations import shown_location
 from fanout.errors import ConfigurationError, batch_ranges, shell_word
 
@@ -87,7 +87,8 @@ def cmd_skip(args: argparse.Namespace) -> int:
     ledger = existing_ledger(target.ledger, target.config)
     ledger.open()  # there already: its log retention set, as at a run's start
     _refuse_unknown_sink(ledger, target, args.sink)
-    newest = newest_marks(ledger, target.pipeline)  # before the skip: what the operator acted on
+    # before the skip: what the operator acted on
+    newest = ledger_newest_marks(ledger, target.pipeline)
     named = "--spool" if args.spool is not None else f"pipeline.spool of {target.config}"
     spool = None if target.spool is None else _existing_spool(target.spool, target.pipeline, named)
     try:
@@ -139,7 +140,7 @@ def cmd_skip(args: argparse.Namespace) -> int:
     return 0
 
 
-def _skip_target(args: argparse.Namespace) -> Target:
+def _skip_target(args: argparse.Namespace) -> CommandScope:
     """The ledger, pipeline, spool and the sink's ``backfill_from``: from ``--config``
     when given (a flag contradicting it refused), else from the flags alone."""
     if args.config is None and args.give_up_backfill:
@@ -147,7 +148,7 @@ def _skip_target(args: argparse.Namespace) -> Target:
             "--give-up-backfill needs --config PIPELINE.toml: the sink's backfill_from "
             "is in the pipeline file"
         )
-    target, config = command_target(args)
+    target, config = command_scope(args)
     if config is None:
         return target
     from fanout.sink_spec import lag_policy
@@ -159,7 +160,7 @@ def _skip_target(args: argparse.Namespace) -> Target:
     return replace(target, backfill_from=lag_policy(args.sink, options).backfill_from)
 
 
-def _refuse_unknown_sink(ledger: DeltaLedger, target: Target, sink: str) -> None:
+def _refuse_unknown_sink(ledger: DeltaLedger, target: CommandScope, sink: str) -> None:
     """Refuse a ``--sink`` that neither the ``--config`` file nor the ledger knows (a
     misspelt name): the skip would record marks for a sink that never was. Without
     ``--config`` a sink the ledger holds no row of may be real (a new ``backfill_from``
@@ -196,7 +197,7 @@ def _skip_command(args: argparse.Namespace, epoch: int) -> str:
     return " ".join(parts)
 
 
-def _print_backfill(where: str, target: Target, given_up: tuple[int, ...]) -> None:
+def _print_backfill(where: str, target: CommandScope, given_up: tuple[int, ...]) -> None:
     """What the skip knew of the sink's backfill source."""
     if target.config is None:
         print(

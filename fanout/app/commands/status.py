@@ -10,7 +10,7 @@ from typing import Any
 
 from fanout.app.commands.newest import NEWEST_HELP
 from fanout.app.commands.output import json_text, print_json, unmasked_stdout
-from fanout.app.commands.target import command_target, existing_ledger
+from fanout.app.commands.scope import command_scope, existing_ledger
 from fanout.contract.locations import shown_location
 from fanout.errors import ConfigurationError, FanoutError, SpoolError, shell_word
 from fanout.observe.logs import known_secrets
@@ -74,7 +74,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     checkpoint = ""
     built: dict[str, Any] = {}  # the file's sinks, asked for their standing problems
     if args.config is not None:
-        target, config = command_target(args)
+        target, config = command_scope(args)
         checkpoint = config.checkpoint if config is not None else ""
         built = _built_sinks(config)
         location, pipeline, spool, sinks = (

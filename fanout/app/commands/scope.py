@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Target:
+class CommandScope:
     """Where ``fanout recover``, ``ledger skip`` or ``status --config`` acts: from its flags,
     or its ``--config`` file (``backfill_from``: ``ledger skip``'s alone)."""
 
@@ -31,7 +31,7 @@ class Target:
     """The sinks ``config`` names (none without ``--config``)."""
 
 
-def command_target(args: argparse.Namespace) -> tuple[Target, Any]:
+def command_scope(args: argparse.Namespace) -> tuple[CommandScope, Any]:
     """The ledger, pipeline, spool and sinks ``fanout recover`` (and ``ledger skip``, and
     ``status --config``) reads, and the pipeline file's config: from ``--config`` when
     given (a flag contradicting it refused), else from the flags alone (no config)."""
@@ -42,7 +42,7 @@ def command_target(args: argparse.Namespace) -> tuple[Target, Any]:
             raise ConfigurationError(
                 f"{' and '.join(missing)} required: give them, or --config PIPELINE.toml"
             )
-        return Target(args.ledger, args.pipeline, args.spool, None), None
+        return CommandScope(args.ledger, args.pipeline, args.spool, None), None
     from fanout.app.runner import load_pipeline
 
     file = args.config
@@ -59,7 +59,7 @@ def command_target(args: argparse.Namespace) -> tuple[Target, Any]:
             "give the pipeline's own file"
         )
     named = tuple(str(s["name"]) for s in config.sinks)
-    return Target(ledger, pipeline, spool, None, file, tuple(notes), named), config
+    return CommandScope(ledger, pipeline, spool, None, file, tuple(notes), named), config
 
 
 def _agreed(
