@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from fanout_delta.held import HeldBatches
 from fanout_delta.sink import DeltaSink
 
 from fanout.contract.batch import txn_app_id
@@ -56,13 +57,14 @@ def test_the_batch_commit_is_found_in_a_few_snapshots(
     for batch_id in range(60):  # version v commits batch v
         _commit(path, app_id, batch_id)
     sink = DeltaSink("s", path=str(path))
+    held = HeldBatches("s", str(path))
     loads = Loads(monkeypatch)
 
-    assert sink._batch_version(app_id, 10, 59) == 10
+    assert held.batch_version(app_id, 10, 59) == 10
     assert len(loads.versions) <= 7, loads.versions  # walking back: 49 snapshots
-    assert sink._batch_version(app_id, 59, 59) == 59
-    assert sink._batch_version(app_id, 0, 59) == 0
-    assert sink._batch_version(app_id, 60, 59) == 59  # not in the table: as the walk said
+    assert held.batch_version(app_id, 59, 59) == 59
+    assert held.batch_version(app_id, 0, 59) == 0
+    assert held.batch_version(app_id, 60, 59) == 59  # not in the table: as the walk said
 
     loads.versions.clear()
     assert sink.holds_batch("p", 0, 55) is True
@@ -83,8 +85,9 @@ def test_a_batch_past_the_100_versions_searched_is_not_found(tmp_path: Path) -> 
     for batch_id in range(103):
         _commit(path, app_id, batch_id)
     sink = DeltaSink("s", path=str(path))
-    assert sink._batch_version(app_id, 2, 102) is None  # version 2: beyond 100 back
-    assert sink._batch_version(app_id, 3, 102) == 3
+    held = HeldBatches("s", str(path))
+    assert held.batch_version(app_id, 2, 102) is None  # version 2: beyond 100 back
+    assert held.batch_version(app_id, 3, 102) == 3
     assert sink.remove_batch_hint("p", 0, 2) is None
     assert sink.holds_batch("p", 0, 2) is True  # not found: held, as before
 

@@ -272,6 +272,46 @@ def test_failed_compaction_is_logged_not_raised(tmp_path, monkeypatch, caplog):
     assert "compaction of" in caplog.text and "disk full" in caplog.text
 
 
+def test_the_records_of_the_sinks_modules_keep_the_sinks_logger(tmp_path, monkeypatch, caplog):
+    """What the sink logs at its open, its write and its fence hooks, whichever module of
+    the package does it (``table_checks``, ``compactions``, ``epoch_fencing``), is logged
+    under ``fanout_delta.sink``, the logger users' logging settings name."""
+    import fanout_delta.rs_engine as rs_engine
+
+    from fanout.delta_tables import retention
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    path = tmp_path / "t"
+    monkeypatch.setattr(rs_engine, "compact_rs", broken)
+    monkeypatch.setattr(retention, "LONG_LOG_FILES", 1)
+    kept = {"delta.setTransactionRetentionDuration": "interval 30 days"}
+    with caplog.at_level(logging.INFO, logger="fanout_delta.sink"):
+        sink = opened(path, compact_every=1, configuration=kept)
+        sink.write(make_batch({"id": ids(1)}, batch_id=0))
+        opened(path, compact_every=1)
+        sink.fence_earlier_epochs("p", 1)
+        assert sink.lift_epoch_fence("p", 1) is True
+    said = [(r.name, r.levelname, r.getMessage()) for r in caplog.records]
+    mine = [(n, level, m) for n, level, m in said if m.startswith(("sink 's'", "Delta sink 's'"))]
+    retention_said = f"Delta sink 's' (table {str(path)!r})"
+    assert [(n, level, m.split(":")[0]) for n, level, m in mine] == [
+        ("fanout_delta.sink", "WARNING", retention_said),  # the configuration's, no table yet
+        ("fanout_delta.sink", "INFO", "sink 's'"),  # the open: created by the first batch
+        ("fanout_delta.sink", "WARNING", "sink 's', batch 0"),  # the compaction failed
+        ("fanout_delta.sink", "WARNING", "Delta sink 's'"),  # a long log
+        ("fanout_delta.sink", "WARNING", retention_said),  # the table's
+        ("fanout_delta.sink", "INFO", "sink 's'"),  # the open
+        ("fanout_delta.sink", "INFO", "sink 's'"),  # fenced
+        ("fanout_delta.sink", "INFO", "sink 's'"),  # lifted
+    ]
+    assert "compaction of" in mine[2][2] and "disk full" in caplog.text
+    assert "_delta_log" in mine[3][2] and "setTransactionRetentionDuration" in mine[4][2]
+    assert "fenced 1 app transaction(s) of epochs before 1" in mine[6][2]
+    assert mine[7][2] == f"sink 's': lifted the fence of fanout/p/s in {path}"
+
+
 # -- merge ----------------------------------------------------------------------------------
 
 
