@@ -95,8 +95,7 @@ class Attempts:
             batch = Batch(state.df, state.info, name, txn_app_id(self.pipeline, name, epoch))
             self.record.failed(batch, 1, now_utc(), 0.0, refused)
             raise
-        for name, error in lost.items():  # each lags, its failed attempt recorded at 3b (hold_back)
-            self.lagging.lose(name, error)
+        self.lagging.lose_each(lost)  # its failed attempt recorded at 3b (hold_back)
         doubt(state, opened, check)  # spooled so, its catch-up asks (steps/replay_lag)
         return admit
 

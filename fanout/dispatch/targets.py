@@ -230,7 +230,7 @@ class TargetChecks:
         if self.targets_checked:
             return
         unasked = self.lagging.unasked()
-        self.lose(self.lost_on_ledger([n for n in self.sinks if n not in unasked]))
+        self.lagging.lose_each(self.lost_on_ledger([n for n in self.sinks if n not in unasked]))
         self.targets_checked = True
 
     def refuse_lost(
@@ -248,7 +248,7 @@ class TargetChecks:
         unstarted (its message says so, and that the way on is the reset again)."""
         unasked = self.lagging.unasked()
         opened = {n: s for n, s in self.sinks.items() if n not in unasked}
-        self.lose(self.lost_targets(opened, epoch, marks, query_id, reset=reset))
+        self.lagging.lose_each(self.lost_targets(opened, epoch, marks, query_id, reset=reset))
 
     def lost_targets(
         self,
@@ -280,12 +280,6 @@ class TargetChecks:
                 reset_to=epoch if reset else None,
             )  # fmt: skip
         return lost
-
-    def lose(self, lost: Mapping[str, TargetLostError]) -> None:
-        """Each sink of ``lost`` (a lag sink: the check raised the others' refusal) lags with
-        its error for the rest of the run (:meth:`fanout.steps.lag.Lagging.lose`)."""
-        for name, error in lost.items():
-            self.lagging.lose(name, error)
 
     def ask_reopened(self, name: str) -> TargetLostError | RenamedSinkError | None:
         """The checks of a lagging sink that could not be opened at the run's start, asked

@@ -247,6 +247,12 @@ class Lagging:
             self._states.move(sink, Lost(error))
             self.failed(sink, error)  # lost: stuck
 
+    def lose_each(self, lost: Mapping[str, Refusal]) -> None:
+        """Each sink of ``lost`` lags with its error for the rest of the run (:meth:`lose`):
+        the lag sinks a target check or a replay's check found lost."""
+        for sink, error in lost.items():
+            self.lose(sink, error)
+
     def held(self, sink: str) -> Held:
         """``sink``'s open/lost state, with its error (unopened, lost) or its reopen
         (:class:`fanout.steps.lag_state.SinkState`; lagging or live is :meth:`backlog`'s)."""
