@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Literal
 
+from fanout.contract.locations import local_path
 from fanout_delta.option_values import config_error
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def executors_reach_the_table(write_from: str | None, spark: Any) -> bool:
 def on_object_store(path: str | None) -> bool:
     """Whether ``path`` is an object-store URI (``s3://``, ``abfss://``...), which every
     executor reaches, rather than a path on a filesystem (``/data``, ``file:///data``)."""
-    return path is not None and "://" in path and not path.startswith("file:")
+    return path is not None and local_path(path) is None
 
 
 def write_batch(target: DeltaTarget, batch: Batch, engine: str, from_executors: bool) -> SinkResult:
