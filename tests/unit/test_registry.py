@@ -528,7 +528,7 @@ def test_fanout_and_sink_under_test_take_a_plugin_module_or_its_name(
         assert type(fan.sinks["under_test"]) is own_plugin.TinySink
     finally:
         fan.close()
-    from fanout.testing.conformance import _module_names
+    from fanout.testing.conformance.replay import _module_names
 
     assert _module_names(case.plugins) == ["own_tiny_plugin"]  # the kill check's driver's
 
