@@ -68,7 +68,8 @@ docs/architecture/08-sinks-and-plugins.md), each a module of this package that s
 hooks it asks: :mod:`~fanout.testing.conformance.replay` (replays, a kill between write and
 mark, a new epoch), :mod:`~fanout.testing.conformance.holds` (``holds_batch``,
 ``records_gone``, ``target_replaced``, ``harmless_rewrite``),
-:mod:`~fanout.testing.conformance.checks` (what fanout's read-only checks ask),
+:mod:`~fanout.testing.conformance.read_only` (what fanout's read-only checks ask, the
+``secret_values`` of a sink not opened among them),
 :mod:`~fanout.testing.conformance.fences` (the epoch fence),
 :mod:`~fanout.testing.conformance.shapes` (an empty batch, schema drift),
 :mod:`~fanout.testing.conformance.letters` (null keys, routes, dead letters) and
@@ -80,10 +81,10 @@ mark, a new epoch), :mod:`~fanout.testing.conformance.holds` (``holds_batch``,
 from __future__ import annotations
 
 from fanout.testing.conformance.case import NAME, SCHEMA, SinkUnderTest
-from fanout.testing.conformance.checks import ReadOnlyChecks
 from fanout.testing.conformance.fences import FenceChecks
 from fanout.testing.conformance.holds import HoldsChecks
 from fanout.testing.conformance.letters import DeadLetterChecks
+from fanout.testing.conformance.read_only import ReadOnlyChecks
 from fanout.testing.conformance.replay import ReplayChecks
 from fanout.testing.conformance.secrets import SecretChecks
 from fanout.testing.conformance.shapes import BatchShapeChecks

@@ -3,7 +3,8 @@ it: :meth:`fanout.Sink.fence_earlier_epochs` refuses a write of the epoch it clo
 the optional :meth:`fanout.Sink.lift_epoch_fence` says whether it lifted one and opens that
 epoch again to the write.
 
-The contract: docs/architecture.md §8 (docs/architecture/08-sinks-and-plugins.md)."""
+The contract: docs/architecture.md §4 and §5 (epochs, their fences, ``fanout ledger
+lift-fence``)."""
 
 from __future__ import annotations
 

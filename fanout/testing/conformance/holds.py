@@ -4,7 +4,8 @@ the optional :meth:`fanout.Sink.holds_batch` (also of a deleted target),
 again empty) and :meth:`fanout.Sink.harmless_rewrite` (a batch written again under a new
 epoch's key leaves the target as one write did).
 
-The contract: docs/architecture.md §8 (docs/architecture/08-sinks-and-plugins.md)."""
+The contract: docs/architecture.md §5 (the checkpoint guard asks these of an unmarked
+batch) and §8."""
 
 from __future__ import annotations
 

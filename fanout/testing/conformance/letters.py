@@ -3,7 +3,7 @@ column, or dead-lettered once), rows failing a route, a row the target refuses, 
 ``context.dead_letters`` once, also by a replay whose mark (and hand-over) was lost, and a
 route changed between a partial attempt and its replay.
 
-The contract: docs/architecture.md §8 (docs/architecture/08-sinks-and-plugins.md)."""
+The contract: docs/architecture.md §7 (routes and dead letters)."""
 
 from __future__ import annotations
 

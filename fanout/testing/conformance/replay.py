@@ -3,7 +3,7 @@
 (its mark lost: no duplicate), a driver killed between the write and the mark (a real
 subprocess), and batch 0 of a new epoch written beside the old epoch's batch 0.
 
-The contract: docs/architecture.md §8 (docs/architecture/08-sinks-and-plugins.md)."""
+The contract: docs/architecture.md §4 (the ledger's marks and epochs) and §8 (sinks)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 the secrets the sink declares (:meth:`fanout.Sink.secret_values`) masked as ``fanout
 run`` masks them.
 
-The contract: docs/architecture.md §8 (docs/architecture/08-sinks-and-plugins.md)."""
+The contract: docs/architecture.md §8. That a sink not opened names its secrets
+(:meth:`fanout.Sink.secret_values` before ``open()``) is checked in
+:mod:`~fanout.testing.conformance.read_only`."""
 
 from __future__ import annotations
 

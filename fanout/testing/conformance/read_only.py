@@ -5,7 +5,8 @@ under ``context.checking`` and :meth:`fanout.Sink.check_schema` for ``fanout val
 opened, :meth:`fanout.Sink.standing_problems` for ``fanout status --config`` and
 :meth:`fanout.Sink.secret_values` (asked before any ``open()``).
 
-The contract: docs/architecture.md §8 (docs/architecture/08-sinks-and-plugins.md)."""
+The contract: docs/architecture.md §5 (read-only checks, ``secret_values``), §6 (the
+determinism check) and §8."""
 
 from __future__ import annotations
 
