@@ -372,6 +372,43 @@ def test_marks_queued_during_a_commit_share_the_next_commit(tmp_path: Path) -> N
     ]
 
 
+def test_the_ledgers_collaborators_share_its_one_table_and_its_lock(tmp_path: Path) -> None:
+    """The marks, the epochs and the maintenance commit under the lock of the ledger's one
+    ``LedgerTable`` (the same object, never a copy, so a reload leaves none holding a stale
+    table), and so does the copy unpickled where it lands, with its own table."""
+    import pickle
+
+    led = DeltaLedger(str(tmp_path / "ledger"))
+    led.open()
+    copy = pickle.loads(pickle.dumps(led))
+    for ledger in (led, copy):
+        assert ledger._marks._table is ledger._table
+        assert ledger._epochs._table is ledger._table
+        assert ledger._marks._epochs is ledger._epochs
+    assert copy._table is not led._table and copy._table.lock is not led._table.lock
+    done: list[str] = []
+    calls = {
+        "mark": lambda: led.mark_committed(committed("orders", "pg", 0)),
+        "epoch": lambda: led.start_epoch(LedgerEntry("orders", "*", 0, "epoch", query_id="q")),
+        "maintain": lambda: led.maintain(vacuum_retention_hours=None, checkpoint=False),
+    }
+
+    def run(name: str) -> None:
+        calls[name]()
+        done.append(name)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in calls]
+    with led._table.lock:  # a commit in progress: each waits for it
+        for thread in threads:
+            thread.start()
+        time.sleep(0.3)
+        assert done == []
+    for thread in threads:
+        thread.join(20)
+    assert sorted(done) == ["epoch", "maintain", "mark"]
+    assert led.lookup("orders", ["pg"]) == LedgerView(0, 0, {"pg": 0}, owner_recorded=True)
+
+
 def test_a_failed_group_commit_fails_every_mark_in_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -76,7 +76,8 @@ def test_recover_records_each_report_numbered(
     )
     # "*": where a new checkpoint resumes (after a's batch 2); each sink as counted
     assert rows == [(n, s, b, 0) for n in (1, 2) for s, b in (("*", 2), ("a", 2), ("b", 3))]
-    assert old._epochs.report(old._table.fresh(), "p", 2) == RecoveryReport("p", 2, 0, 2, {"a": 2, "b": 3})
+    report = old._epochs.report(old._table.fresh(), "p", 2)
+    assert report == RecoveryReport("p", 2, 0, 2, {"a": 2, "b": 3})
     # status shows the sinks' progress only
     capsys.readouterr()
     assert main(["status", "--ledger", old.path, "--json"]) == 0
