@@ -14,10 +14,10 @@ The default engine is delta-rs: a mark is a few milliseconds from the driver, no
 :class:`DeltaLedger` is the contract (:class:`fanout.ledger.entry.Ledger`, what the
 dispatcher asks of a ledger, and the commands' reads); the work is its collaborators',
 each in its own module, all sharing one :class:`~fanout.ledger.delta_table.LedgerTable`
-(the table, its lock, its known transactions): :mod:`~fanout.ledger.delta_marks` (the
-grouped marks), :mod:`~fanout.ledger.delta_epochs` (epoch starts, recovery reports),
-:mod:`~fanout.ledger.delta_reads` (reads of one snapshot),
-:mod:`~fanout.ledger.delta_maintain` (``fanout ledger maintain``).
+(the table, its lock, its known transactions; opened by :mod:`~fanout.ledger.delta_open`):
+:mod:`~fanout.ledger.delta_marks` (the grouped marks), :mod:`~fanout.ledger.delta_epochs`
+(epoch starts, recovery reports), :mod:`~fanout.ledger.delta_reads` (reads of one
+snapshot), :mod:`~fanout.ledger.delta_maintain` (``fanout ledger maintain``).
 """
 
 from __future__ import annotations

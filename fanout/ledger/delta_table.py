@@ -1,6 +1,6 @@
-"""The ledger's Delta table as one process holds it (ARCHITECTURE §4): opened or created,
-its log kept short, loaded and brought up to date under one lock, appended to, and
-compacted after its own appends.
+"""The ledger's Delta table as one process holds it (ARCHITECTURE §4): opened
+(:mod:`fanout.ledger.delta_open`), loaded and brought up to date under one lock, appended
+to, and compacted after its own appends.
 
 :class:`LedgerTable` is the one owner of that state. Every collaborator of
 :class:`fanout.ledger.delta.DeltaLedger` (:mod:`fanout.ledger.delta_marks`,
@@ -24,25 +24,27 @@ from fanout.delta_tables.io import (
     COMMIT_ATTEMPTS,
     commit_properties,
     is_commit_conflict,
-    one_line,
-    open_fanout_table,
     read_arrow,
     refuse_unusable_location,
     transaction_version,
 )
-from fanout.delta_tables.retention import LOG_RETENTION_PROPERTY, check_ledger_retention
+from fanout.delta_tables.retention import check_ledger_retention
 from fanout.errors import CompactionError, LedgerError
-from fanout.ledger.entry import LedgerEntry, entries_to_arrow, ledger_schema
-from fanout.observe.secrets import location_secrets, redact
+from fanout.ledger.delta_open import (
+    check_is_ledger,
+    keep_log_short,
+    load_or_create,
+    log_retention_change,
+    masked_error,
+    open_ledger,
+)
+from fanout.ledger.entry import LedgerEntry, entries_to_arrow
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 
 log = logging.getLogger("fanout.ledger.delta")  # the name its logs always had
-
-LEDGER_COLUMNS = ("batch_id", "pipeline", "sink", "status")
-"""The columns without which a Delta table cannot be a ledger (of any fanout version)."""
 
 
 class LedgerTable:
@@ -86,16 +88,18 @@ class LedgerTable:
     def masked(self, exc: BaseException) -> str:
         """``exc``'s text on one line, the location's password masked (the store's own
         error names the location as written)."""
-        return redact(one_line(str(exc)), location_secrets(self.path))
+        return masked_error(self.path, exc)
 
-    # -- opening, and keeping the Delta log short -----------------------------------
+    # -- opening (fanout.ledger.delta_open) -------------------------------------------
 
     def open(self) -> None:
         """:meth:`fanout.ledger.delta.DeltaLedger.open`."""
         refuse_unusable_location(self.path, self.where, self.storage_options)
         with self.lock:
-            self._delta = self._load_or_create()
-            self._keep_log_short(self._delta)
+            self._delta = load_or_create(
+                self.path, self.storage_options, self.checkpoint_interval, self.log_retention
+            )
+            keep_log_short(self._delta, self.path, self.storage_options, self.log_retention)
             self.files_added = len(self._delta.file_uris())  # a long uncompacted ledger
         # the ledger's transaction ids are its marks: refuse a table that expires them
         check_ledger_retention(self._delta.metadata().configuration, self.where)
@@ -113,71 +117,7 @@ class LedgerTable:
             return ["create the ledger table"]
         check_is_ledger(table, self.shown)
         check_ledger_retention(table.metadata().configuration, self.where)
-        if self.log_retention is None or keeps_a_log_retention(table):
-            return []
-        return [f"set {LOG_RETENTION_PROPERTY} = {self.log_retention!r} on the ledger table"]
-
-    def _load_or_create(self) -> DeltaTable:
-        from deltalake import DeltaTable
-
-        table = open_ledger(self.path, self.storage_options)
-        if table is not None:
-            check_is_ledger(table, self.shown)
-            return table
-        try:
-            return DeltaTable.create(
-                self.path,
-                schema=ledger_schema(),
-                mode="ignore",
-                partition_by=["pipeline"],
-                name="fanout_ledger",
-                description="fanout ledger: per-sink completion of each micro-batch",
-                configuration={
-                    "delta.checkpointInterval": str(self.checkpoint_interval),
-                    **self._log_configuration(),
-                },
-                storage_options=self.storage_options or None,
-            )
-        except Exception as exc:
-            table = open_ledger(self.path, self.storage_options)  # lost a creation race?
-            if table is None:
-                raise LedgerError(
-                    f"cannot create the ledger at {self.shown}: {self.masked(exc)}"
-                ) from exc
-            return table
-
-    def _log_configuration(self) -> dict[str, str]:
-        return {} if self.log_retention is None else {LOG_RETENTION_PROPERTY: self.log_retention}
-
-    def _keep_log_short(self, table: DeltaTable) -> None:
-        """Give a ledger made before fanout set its log retention (or with the property
-        removed) this ledger's, in one metadata commit. A failure (another writer's
-        commit meanwhile) is logged: the marks do not depend on it, the next start tries
-        again."""
-        if self.log_retention is None or keeps_a_log_retention(table):
-            return
-        try:
-            table.alter.set_table_properties(self._log_configuration())
-        except Exception as exc:
-            if self._log_retention_set_meanwhile():
-                return  # another FanOut opening the same ledger set it first
-            log.warning(
-                "ledger %s: could not set %s = %r (its log keeps Delta's default 30 days, "
-                "and every mark lists all of it): %s",
-                self.shown, LOG_RETENTION_PROPERTY, self.log_retention, self.masked(exc),
-            )  # fmt: skip
-            return
-        log.info(
-            "ledger %s: keeps %s of log from now on (%s)",
-            self.shown, self.log_retention, LOG_RETENTION_PROPERTY,
-        )  # fmt: skip
-
-    def _log_retention_set_meanwhile(self) -> bool:
-        try:
-            table = open_ledger(self.path, self.storage_options)
-        except Exception:
-            return False
-        return table is not None and keeps_a_log_retention(table)
+        return log_retention_change(table, self.log_retention)
 
     # -- the loaded table -----------------------------------------------------------
 
@@ -313,17 +253,6 @@ class LedgerTable:
         return refused_compaction(table, self.where, self.storage_options)
 
 
-def check_is_ledger(table: DeltaTable, path: str) -> None:
-    """Refuse a Delta table that is not a ledger, before reading or writing it."""
-    columns = [field.name for field in table.schema().fields]
-    missing = [name for name in LEDGER_COLUMNS if name not in columns]
-    if missing:
-        raise LedgerError(
-            f"the Delta table at {path} is not a fanout ledger: it has no columns "
-            f"{', '.join(map(repr, missing))} (its columns: {', '.join(map(repr, columns))})"
-        )
-
-
 def overwrite_with_own_rows(table: DeltaTable, commit: Any) -> dict[str, int]:
     """Overwrite ``table`` with its rows as its loaded snapshot holds them (one file per
     partition); nothing when it has fewer than two files."""
@@ -341,24 +270,6 @@ def overwrite_with_own_rows(table: DeltaTable, commit: Any) -> dict[str, int]:
         commit_properties=commit,
     )
     return {"numFilesRemoved": files, "numFilesAdded": len(table.file_uris())}
-
-
-def keeps_a_log_retention(table: DeltaTable) -> bool:
-    """Whether the table sets its own ``delta.logRetentionDuration``."""
-    return table.metadata().configuration.get(LOG_RETENTION_PROPERTY) is not None
-
-
-def open_ledger(path: str, storage_options: Mapping[str, str] | None) -> DeltaTable | None:
-    """:func:`fanout.delta_tables.io.open_table` for the ledger: a store that cannot be
-    read (unreachable, credentials not found) is a :class:`fanout.LedgerError` naming the
-    ledger, not delta-rs' bare ``OSError``/``DeltaError`` (a traceback in ``fanout status``)."""
-    return open_fanout_table(
-        path,
-        storage_options,
-        error=LedgerError,
-        what="ledger",
-        mask=lambda text: redact(text, location_secrets(path)),  # the store names the path
-    )
 
 
 class KnownTransactions:
