@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
     if kind == "ledger":
         from fanout.ledger.delta import DeltaLedger
 
-        DeltaLedger(path)._compact(mine)
+        DeltaLedger(path)._table.compact(mine)
     else:
         from fanout.delta_tables.compaction import compact
 

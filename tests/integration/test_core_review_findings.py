@@ -255,10 +255,13 @@ class CompactedMeanwhile(DeltaLedger):
     def __init__(self, path: str, other: DeltaLedger) -> None:
         super().__init__(path, compact_after_files=4)
         self.other = other
+        compact = self._table.compact
 
-    def _compact(self, table: Any) -> None:
-        self.other.maintain(vacuum_retention_hours=None, checkpoint=False, cleanup_logs=False)
-        super()._compact(table)
+        def after_the_others(table: Any) -> None:
+            self.other.maintain(vacuum_retention_hours=None, checkpoint=False, cleanup_logs=False)
+            compact(table)
+
+        self._table.compact = after_the_others  # type: ignore[method-assign]
 
 
 def _mark(pipeline: str, batch_id: int) -> LedgerEntry:

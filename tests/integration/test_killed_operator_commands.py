@@ -153,7 +153,7 @@ def test_ledger_maintain_killed_after_each_commit_beside_a_pipeline_marking_the_
         mark(batch)
     maintain = ["ledger", "maintain", "--ledger", path, "--retention-hours", "0"]
     points = [
-        ("fanout.ledger.delta:_overwrite_with_own_rows", "after"),
+        ("fanout.ledger.delta_table:overwrite_with_own_rows", "after"),
         ("deltalake:DeltaTable.vacuum", "after"),
         ("deltalake:DeltaTable.create_checkpoint", "after"),
         ("deltalake:DeltaTable.cleanup_metadata", "before"),

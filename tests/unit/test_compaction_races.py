@@ -334,7 +334,7 @@ def test_a_mark_committed_during_the_ledgers_compaction_stays_once(tmp_path: Pat
     other = DeltaLedger(path)  # a second pipeline's FanOut on the same ledger
     other.mark_committed(_mark("users", "a", 3))
 
-    ledger._compact(stale)  # as after its own mark, on the snapshot of that commit
+    ledger._table.compact(stale)  # as after its own mark, on the snapshot of that commit
 
     assert _rows(path) == sorted([*ROWS, ("users", "a", 3)])
     assert _marked(DeltaLedger(path)) == {**MARKS, "users": {"a": 3}, "high": (2, 3)}
@@ -361,7 +361,7 @@ def test_a_mark_committed_as_the_compaction_reads_the_history_is_not_taken_away(
         return history(table, limit)
 
     monkeypatch.setattr(DeltaTable, "history", racing)
-    ledger._compact(stale)
+    ledger._table.compact(stale)
 
     assert _rows(path) == sorted([*ROWS, ("users", "a", 3), ("users", "a", 4)])
     assert _marked(DeltaLedger(path)) == {**MARKS, "users": {"a": 4}, "high": (2, 4)}
@@ -417,7 +417,7 @@ def test_the_ledgers_compaction_after_another_programs_optimize_is_taken_back(
     stale = DeltaTable(path)
     DeltaTable(path).optimize.compact()  # another program, first
 
-    ledger._compact(stale)
+    ledger._table.compact(stale)
 
     assert _rows(path) == ROWS
     assert "raced another compaction" in caplog.text and "taken back" in caplog.text
@@ -427,9 +427,15 @@ def test_the_ledgers_compaction_after_another_programs_optimize_is_taken_back(
 class _MaintainedMeanwhile(DeltaLedger):
     """``fanout ledger maintain`` run twice at once: the other one compacts first."""
 
-    def _compaction(self, table: Any) -> Any:
-        DeltaLedger(self.path).maintain(vacuum_retention_hours=None, checkpoint=False)
-        return super()._compaction(table)
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        compaction = self._table.compaction
+
+        def raced(table: Any) -> Any:
+            DeltaLedger(self.path).maintain(vacuum_retention_hours=None, checkpoint=False)
+            return compaction(table)
+
+        self._table.compaction = raced  # type: ignore[method-assign]
 
 
 class _MaintainedMeanwhileOnce(DeltaLedger):
@@ -437,12 +443,18 @@ class _MaintainedMeanwhileOnce(DeltaLedger):
 
     raced = 0
 
-    def _compaction(self, table: Any) -> Any:
-        if not self.raced:
-            self.raced += 1
-            _filled_more(self.path)
-            DeltaLedger(self.path).maintain(vacuum_retention_hours=None, checkpoint=False)
-        return super()._compaction(table)
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        compaction = self._table.compaction
+
+        def raced_once(table: Any) -> Any:
+            if not self.raced:
+                self.raced += 1
+                _filled_more(self.path)
+                DeltaLedger(self.path).maintain(vacuum_retention_hours=None, checkpoint=False)
+            return compaction(table)
+
+        self._table.compaction = raced_once  # type: ignore[method-assign]
 
 
 def _filled_more(path: str) -> None:

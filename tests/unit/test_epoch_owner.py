@@ -236,7 +236,7 @@ def test_the_owners_are_read_from_the_few_rows_that_tell(
 ) -> None:
     """Not the pipeline's whole history: the epoch rows, and epoch 0's rows from its
     high-water mark on (here 3 of 2 x 40 + 1 + 2 x 20 rows)."""
-    import fanout.ledger.delta as delta_ledger
+    import fanout.ledger.delta_reads as delta_ledger
 
     led = DeltaLedger(str(tmp_path / "l"))
     led.open()
@@ -436,15 +436,15 @@ CLAIMED_MEANWHILE = (
 def _stale_once(ledger: DeltaLedger, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Make ``ledger``'s next refresh return the snapshot it holds now (a lookup made
     before another driver's commit); the calls to refresh are counted in the list."""
-    stale = ledger._loaded(refresh=False)
-    real_fresh = ledger._fresh
+    stale = ledger._table.loaded(refresh=False)
+    real_fresh = ledger._table.fresh
     calls: list[int] = []
 
     def first_stale() -> object:
         calls.append(1)
         return stale if len(calls) == 1 else real_fresh()
 
-    monkeypatch.setattr(ledger, "_fresh", first_stale)
+    monkeypatch.setattr(ledger._table, "fresh", first_stale)
     return calls
 
 
@@ -499,7 +499,7 @@ def test_a_start_reported_failed_that_landed_is_done(
 
     led = DeltaLedger(str(tmp_path / "l"))
     led.open()
-    real_append = led._append
+    real_append = led._table.append
 
     def landed_then_failed(*args: Any) -> None:
         real_append(*args)
@@ -508,7 +508,7 @@ def test_a_start_reported_failed_that_landed_is_done(
         except CommitFailedError as conflict:
             raise LedgerError("cannot write to the ledger") from conflict
 
-    monkeypatch.setattr(led, "_append", landed_then_failed)
+    monkeypatch.setattr(led._table, "append", landed_then_failed)
     led.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id=Q1, epoch=0))
     assert [(e.status, e.query_id) for e in _rows(led)] == [("epoch", Q1)]
     assert led.epoch_owners("p") == {0: Q1}

@@ -305,8 +305,8 @@ def test_lookup_refreshes_the_log_once(tmp_path: Path, monkeypatch: pytest.Monke
     led.open()
     led.mark_committed(committed("orders", "pg", 2))
     refreshes: list[int] = []
-    fresh = led._fresh
-    monkeypatch.setattr(led, "_fresh", lambda: refreshes.append(1) or fresh())
+    fresh = led._table.fresh
+    monkeypatch.setattr(led._table, "fresh", lambda: refreshes.append(1) or fresh())
     assert led.lookup("orders", ["pg", "delta"]) == LedgerView(
         0, 2, {"pg": 2, "delta": None}, owner_recorded=False
     )
@@ -325,11 +325,11 @@ def queue_marks(led: DeltaLedger, entries: list[LedgerEntry]) -> list[bool | Bas
             results[i] = exc
 
     threads = [threading.Thread(target=mark, args=(i,)) for i in range(len(entries))]
-    with led._lock:  # a commit in progress
+    with led._table.lock:  # a commit in progress
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 10
-        while len(led._queued) < len(entries):
+        while len(led._marks.queued) < len(entries):
             assert time.monotonic() < deadline, "marks did not queue up"
             time.sleep(0.005)
     for thread in threads:
@@ -372,6 +372,43 @@ def test_marks_queued_during_a_commit_share_the_next_commit(tmp_path: Path) -> N
     ]
 
 
+def test_the_ledgers_collaborators_share_its_one_table_and_its_lock(tmp_path: Path) -> None:
+    """The marks, the epochs and the maintenance commit under the lock of the ledger's one
+    ``LedgerTable`` (the same object, never a copy, so a reload leaves none holding a stale
+    table), and so does the copy unpickled where it lands, with its own table."""
+    import pickle
+
+    led = DeltaLedger(str(tmp_path / "ledger"))
+    led.open()
+    copy = pickle.loads(pickle.dumps(led))
+    for ledger in (led, copy):
+        assert ledger._marks._table is ledger._table
+        assert ledger._epochs._table is ledger._table
+        assert ledger._marks._epochs is ledger._epochs
+    assert copy._table is not led._table and copy._table.lock is not led._table.lock
+    done: list[str] = []
+    calls = {
+        "mark": lambda: led.mark_committed(committed("orders", "pg", 0)),
+        "epoch": lambda: led.start_epoch(LedgerEntry("orders", "*", 0, "epoch", query_id="q")),
+        "maintain": lambda: led.maintain(vacuum_retention_hours=None, checkpoint=False),
+    }
+
+    def run(name: str) -> None:
+        calls[name]()
+        done.append(name)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in calls]
+    with led._table.lock:  # a commit in progress: each waits for it
+        for thread in threads:
+            thread.start()
+        time.sleep(0.3)
+        assert done == []
+    for thread in threads:
+        thread.join(20)
+    assert sorted(done) == ["epoch", "maintain", "mark"]
+    assert led.lookup("orders", ["pg"]) == LedgerView(0, 0, {"pg": 0}, owner_recorded=True)
+
+
 def test_a_failed_group_commit_fails_every_mark_in_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -381,7 +418,7 @@ def test_a_failed_group_commit_fails_every_mark_in_it(
     def broken(*args: object) -> None:
         raise LedgerError("cannot write to the ledger: disk full")
 
-    monkeypatch.setattr(led, "_append", broken)
+    monkeypatch.setattr(led._table, "append", broken)
     results = queue_marks(led, [committed("orders", s, 3) for s in ("delta", "pg")])
     assert [str(r) for r in results] == ["cannot write to the ledger: disk full"] * 2
     monkeypatch.undo()
@@ -488,7 +525,7 @@ def test_a_mark_committed_by_another_writer_since_the_lookup_is_not_written_twic
 def test_lookups_after_the_ledgers_own_commit_read_no_transaction(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import fanout.ledger.delta as delta_ledger
+    import fanout.ledger.delta_table as delta_ledger
 
     path = str(tmp_path / "ledger")
     led = DeltaLedger(path)

@@ -305,7 +305,7 @@ def test_a_failed_ledger_compaction_is_logged_masked(
     """A compaction of the ledger's small files that fails (another writer compacted
     first, the store down) is logged, not raised: the store's error, which names the
     location as written, went to the application's own handlers, which mask nothing."""
-    import fanout.ledger.delta as delta_ledger
+    import fanout.ledger.delta_table as delta_table
 
     ledger = DeltaLedger(str(tmp_path / "ledger"), compact_after_files=2)
     fan = FanOut("masked", ledger, [ScriptedSink("a")], retries=0)
@@ -314,7 +314,7 @@ def test_a_failed_ledger_compaction_is_logged_masked(
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise OSError(f"Generic S3 error: put {ledger.path}/part-1.parquet: timed out")
 
-    monkeypatch.setattr(delta_ledger.DeltaLedger, "_compaction", refused)
+    monkeypatch.setattr(delta_table.LedgerTable, "compaction", refused)
     try:
         for batch in (0, 1):  # two files added: compacted after the second mark
             fan.process(SchemaFrame([batch]), BatchInfo("masked", batch, "q"))

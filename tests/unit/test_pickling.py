@@ -65,7 +65,7 @@ def test_the_delta_ledger_pickles_as_its_path(tmp_path: Path) -> None:
     ledger = DeltaLedger(str(tmp_path / "ledger"), storage_options={"a": "b"})
     ledger.open()
     copy = cloudpickle.loads(cloudpickle.dumps(ledger))
-    assert (copy.path, copy.storage_options, copy._table) == (ledger.path, {"a": "b"}, None)
+    assert (copy.path, copy.storage_options, copy._table._delta) == (ledger.path, {"a": "b"}, None)
     copy.open()
     assert copy.last_committed("p", ["s"]) == {"s": None}
 

@@ -76,7 +76,8 @@ def test_recover_records_each_report_numbered(
     )
     # "*": where a new checkpoint resumes (after a's batch 2); each sink as counted
     assert rows == [(n, s, b, 0) for n in (1, 2) for s, b in (("*", 2), ("a", 2), ("b", 3))]
-    assert old._report(old._fresh(), "p", 2) == RecoveryReport("p", 2, 0, 2, {"a": 2, "b": 3})
+    report = old._epochs.report(old._table.fresh(), "p", 2)
+    assert report == RecoveryReport("p", 2, 0, 2, {"a": 2, "b": 3})
     # status shows the sinks' progress only
     capsys.readouterr()
     assert main(["status", "--ledger", old.path, "--json"]) == 0
@@ -143,12 +144,15 @@ class MarkedJustBefore(DeltaLedger):
         super().__init__(path)
         self.old, self.mark = old, mark
         self.appends = 0
+        append = self._table.append
 
-    def _append(self, table: Any, entries: Any, txns: Any) -> None:
-        self.appends += 1
-        if self.appends == 1 and entries[0].status == "epoch":
-            _mark(self.old, *self.mark)
-        super()._append(table, entries, txns)
+        def after_the_mark(table: Any, entries: Any, txns: Any) -> None:
+            self.appends += 1
+            if self.appends == 1 and entries[0].status == "epoch":
+                _mark(self.old, *self.mark)
+            append(table, entries, txns)
+
+        self._table.append = after_the_mark  # type: ignore[method-assign]
 
 
 def test_a_mark_landing_between_the_check_and_the_start_refuses_it(
@@ -207,7 +211,7 @@ def test_the_new_epochs_marks_read_no_more_of_the_log(
 ) -> None:
     """The common path: a mark of the pipeline's current epoch is checked against the
     epoch version the batch's lookup read; no transaction is read for it, report or not."""
-    import fanout.ledger.delta as delta_ledger
+    import fanout.ledger.delta_table as delta_ledger
 
     _recover(old, capsys)
     new = DeltaLedger(old.path)

@@ -502,10 +502,16 @@ class SlowRefusalDelta(DeltaLedger):
 
     landing = threading.Event()
 
-    def _append(self, table: Any, entries: Any, txns: Any) -> None:
-        if any(e.status == REFUSED for e in entries):
-            self.landing.wait(20)
-        super()._append(table, entries, txns)
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        append = self._table.append
+
+        def slow_refusal(table: Any, entries: Any, txns: Any) -> None:
+            if any(e.status == REFUSED for e in entries):
+                self.landing.wait(20)
+            append(table, entries, txns)
+
+        self._table.append = slow_refusal  # type: ignore[method-assign]
 
 
 def test_a_late_refusal_row_on_a_delta_ledger_is_outranked_by_the_next_writing_attempt(

@@ -231,7 +231,7 @@ def test_append_once_zombie_between_check_and_write_appends_nothing(tmp_path, mo
 
 
 def test_ledger_mark_raced_by_a_zombie_driver_is_recorded_once(tmp_path, monkeypatch):
-    import fanout.ledger.delta as ledger_module
+    import fanout.ledger.delta_table as ledger_module
 
     path = str(tmp_path / "ledger")
     ours, zombie = DeltaLedger(path), DeltaLedger(path)
@@ -249,7 +249,7 @@ def test_ledger_mark_raced_by_a_zombie_driver_is_recorded_once(tmp_path, monkeyp
 
 
 def test_ledger_mark_raced_by_an_older_mark_is_still_recorded(tmp_path, monkeypatch):
-    import fanout.ledger.delta as ledger_module
+    import fanout.ledger.delta_table as ledger_module
 
     path = str(tmp_path / "ledger")
     ours, zombie = DeltaLedger(path), DeltaLedger(path)
