@@ -13,6 +13,9 @@ the live path's bounded drain (:meth:`CatchUp.drain`, when a sink's backlog reac
 ``max_lag``), the thread, the final catch-up and the catch-up of a later ``FanOut`` of the
 pipeline in the same process (whose thread an earlier one's write may outlive) never write
 one sink at once.
+
+What a catch-up write reads (the spool, or the sink's backfill source, checked against the
+source's ledger mark): :mod:`fanout.steps.catchup_read`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from typing import Any
 from fanout.contract.batch import Batch, BatchInfo, txn_app_id
 from fanout.contract.locations import command_location
 from fanout.errors import (
-    BackfillError,
     MissedBatchesError,
     RenamedSinkError,
     SinkRecordsGoneError,
@@ -36,13 +38,13 @@ from fanout.errors import (
 )
 from fanout.hooks.caller import HookCaller
 from fanout.ledger.begun import began, record_begun
-from fanout.ledger.entry import LedgerEntry, ledger_key, now_utc
-from fanout.ledger.gaps import skip_command
+from fanout.ledger.entry import ledger_key, now_utc
 from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, EarlierOf, TargetOf
 from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.table import BatchKey
+from fanout.steps.catchup_read import CatchUpReader
 from fanout.steps.lag import Backlog, Lagging
 from fanout.steps.record import Recorder
 from fanout.steps.replay import may_refuse
@@ -144,6 +146,7 @@ class CatchUp:
         self.target_of = target_of
         self.spark = spark
         self.probe_interval_s = probe_interval_s
+        self._reader = CatchUpReader(lagging, specs, target_of, spark, ledger_location)
         self._writers = {
             name: sink_writer(lagging.pipeline, ledger_key(lagging.ledger), name)
             for name in lagging.sinks
@@ -515,7 +518,7 @@ class CatchUp:
         if refused is not None:
             return refused
         try:
-            df, info = self._read(sink, key)
+            df, info = self._reader.read(sink, key)
         except Exception as exc:
             if self._moved_past(sink, key):
                 return None
@@ -728,133 +731,6 @@ class CatchUp:
             self._timed_out.pop(sink, None)
         return outcome
 
-    def _read(self, sink: str, key: BatchKey) -> tuple[Any, BatchInfo]:
-        spool = self.lagging.spool
-        spooled = None if spool is None else spool.get(key)
-        if spooled is not None:
-            assert spool is not None
-            return spool.read(self.spark, key), spooled.info()
-        source = self.lagging.sources.get(sink)
-        origin = self.specs[sink].lag.backfill_from
-        if source is None or origin is None:
-            raise LookupError(
-                f"batch {key[1]} (epoch {key[0]}) is neither spooled nor backfillable"
-            )
-        mark = self.lagging.source_mark(sink, key)
-        table = source.read(key)
-        where = f"sink {origin!r} committed batch {key[1]} (epoch {key[0]})"
-        self._check_count(sink, origin, key, mark, table.num_rows)
-        df = self.spark.createDataFrame(table)
-        count = _letter_count(mark)
-        if count is None or count:
-            letters = self._letters(sink, key, count, df.schema)
-            if letters is not None and not table.column_names:
-                raise LookupError(
-                    f"{where} with {'some' if count is None else count} row(s) set aside as "
-                    "dead letters, and its table has no columns yet to read them back with; "
-                    "it will once the sink commits a batch"
-                )
-            df = df if letters is None else df.unionByName(letters)
-        info = BatchInfo(self.lagging.pipeline, key[1], epoch=key[0])
-        return df, info if mark is None else _info_of(mark)
-
-    def _check_count(
-        self, sink: str, origin: str, key: BatchKey, mark: LedgerEntry | None, read: int
-    ) -> None:
-        """Refuse batch ``key`` read back from ``origin`` with ``read`` rows when its ledger
-        mark records another count of rows written to its target: a read that lost some of
-        the batch's rows, or took another batch's, must not be marked as the new sink's.
-
-        The mark's ``rows`` is what the source's ``write()`` reported as written to its
-        target, which :meth:`fanout.contract.sink.BackfillSource.read` gives back: for a
-        Delta append, the rows of the batch's commit, without the rows set aside as dead
-        letters (counted apart, in ``dead_lettered``, and checked by :meth:`_letters`); a
-        replay that found the batch written reports the same rows. A backfill source never
-        merges (a merge keeps only the latest row per key) and is never routed (its route
-        letters would be missing), and a later compaction of its table does not change
-        what the batch's commit added. A mark without ``rows`` (``None``: a sink that did
-        not report them, or a lost mark, :attr:`fanout.ledger.entry.LedgerEntry.lost`,
-        whose counts the sink's records do not tell) cannot be compared: only the read is
-        trusted then, and a lost mark says so in the log.
-        """
-        if mark is not None and mark.lost:
-            log.warning(
-                "pipeline %s, batch %s, sink %s: backfilled from %s's lost mark of the batch "
-                "(recorded at a new epoch's start, without row counts): its %s row(s) read "
-                "back and all its dead letters are taken, unchecked",
-                self.lagging.pipeline, key[1], sink, origin, read,
-                extra=batch_fields(self.lagging.pipeline, key[1], sink),
-            )  # fmt: skip
-        if mark is None or mark.rows is None or mark.rows == read:
-            return
-        what = f"committed batch {key[1]} (epoch {key[0]}) with {mark.rows} row(s)"
-        where = (self.lagging.pipeline, self.ledger_location)
-        if read == 0:
-            raise _cannot_backfill(
-                where, sink, origin, key,
-                f"{what}, but its table holds no commit of it (the table replaced, or its log "
-                "cleaned up)",
-                f"Restore the table of {origin!r} to a version that holds the batch",
-            )  # fmt: skip
-        raise _cannot_backfill(
-            where, sink, origin, key,
-            f"{what}, but the batch's commit in its table gives back {read} row(s) (its "
-            "table's log or files changed outside fanout, or a fanout bug: please report it)",
-            f"Restore the table of {origin!r} to a version whose commit of the batch holds "
-            "its rows",
-            wrong="lack rows" if read < mark.rows else "hold rows not its own",
-        )  # fmt: skip
-
-    def _letters(self, sink: str, key: BatchKey, count: int | None, schema: Any) -> Any:
-        """The rows of batch ``key`` that ``sink``'s backfill source set aside as dead
-        letters, read back from its dead-letter Delta table with the batch's schema: a sink
-        backfilled from it receives the whole batch. The letters are written before the
-        batch's commit and mark, so all ``count`` the mark records are there unless they
-        were removed since: then :class:`fanout.errors.BackfillError`, nothing read.
-
-        ``count`` ``None`` (a lost mark: unknown): whatever letters the target holds of
-        the batch (``None`` when it holds none, or the source has no dead-letter target);
-        a target they cannot be read back from refuses, since there may be some."""
-        from pyspark.sql import functions as F
-
-        from fanout.deadletters.delta import DeltaDeadLetters
-
-        origin = self.specs[sink].lag.backfill_from
-        assert origin is not None
-        target = self.target_of(origin)
-        where = f"batch {key[1]} (epoch {key[0]})"
-        if count is None and target is None:
-            return None
-        if not isinstance(target, DeltaDeadLetters):
-            what = (
-                f"may have set rows of {where} aside as dead letters (its mark of the batch was "
-                "recorded lost, without counts)"
-                if count is None
-                else f"set {count} row(s) of {where} aside as dead letters"
-            )
-            raise LookupError(
-                f"sink {origin!r} {what}, which a backfill cannot read back from {target!r} "
-                "(only from a Delta table)"
-            )
-        rows = target.read_rows(self.lagging.pipeline, origin, key)
-        if count is None and rows.num_rows == 0:
-            return None
-        if count is not None and rows.num_rows != count:
-            raise _letters_lost(
-                (self.lagging.pipeline, self.ledger_location), sink, origin, key, count,
-                rows.num_rows, target.path,
-            )  # fmt: skip
-        parsed = self.spark.createDataFrame(rows).select(F.from_json("row", schema).alias("r"))
-        return parsed.select("r.*")
-
-
-def _letter_count(mark: LedgerEntry | None) -> int | None:
-    """The dead letters a backfill source's ``mark`` counts: 0 without a mark, ``None``
-    (unknown) for a lost mark."""
-    if mark is None:
-        return 0
-    return None if mark.lost else mark.dead_lettered or 0
-
 
 def _wait(seconds: float, stop: Callable[[], bool]) -> bool:
     """Sleep ``seconds`` unless ``stop()`` holds meanwhile; whether to go on."""
@@ -865,54 +741,3 @@ def _wait(seconds: float, stop: Callable[[], bool]) -> bool:
             return True
         time.sleep(min(left, 0.2))
     return False
-
-
-def _letters_lost(
-    where: tuple[str, str],
-    sink: str,
-    origin: str,
-    key: BatchKey,
-    count: int,
-    found: int,
-    table: str,
-) -> BackfillError:
-    """The error of a backfill batch whose source's dead letters are not all there."""
-    return _cannot_backfill(
-        where, sink, origin, key,
-        f"set {count} row(s) of batch {key[1]} (epoch {key[0]}) aside as dead letters, but "
-        f"Delta table {table} holds {found} of them (deleted, or the table replaced)",
-        f"Put the letters back (restore {table} to a version that holds them)",
-    )  # fmt: skip
-
-
-def _cannot_backfill(
-    where: tuple[str, str],
-    sink: str,
-    origin: str,
-    key: BatchKey,
-    found: str,
-    way_back: str,
-    *,
-    wrong: str = "lack them",
-) -> BackfillError:
-    """The error of a backfill batch its source cannot give back as its ledger mark says
-    it committed it (``where``: the pipeline and its ledger's location as commands name it;
-    ``found``: what the mark says and what is there instead; ``way_back``: how to give it
-    back; ``wrong``: what would be wrong with the batch read back)."""
-    pipeline, ledger = where
-    return BackfillError(
-        f"cannot be backfilled from sink {origin!r}: its ledger mark says it {found}, so the "
-        f"batch read back would {wrong}; nothing of it is written to {sink!r}, which waits "
-        f"at this batch. {way_back}, or accept that {sink!r} never gets batch "
-        f"{key[1]}: `{skip_command(ledger, pipeline, sink, key[1], key[0])}`, then restart",
-        sink=sink,
-        batch_id=key[1],
-    )
-
-
-def _info_of(mark: LedgerEntry) -> BatchInfo:
-    """A backfill batch's context as its source sink's ledger mark recorded it."""
-    return BatchInfo(
-        mark.pipeline, mark.batch_id, mark.query_id, mark.offsets(), epoch=mark.epoch,
-        batch_timestamp_ms=mark.batch_timestamp_ms,
-    )  # fmt: skip

@@ -52,7 +52,7 @@ def _fan(tmp_path: Path, ledger: MemoryLedger, lake: BackfillLake, pg: ScriptedS
     fan = FanOut("grow", ledger, [lake, spec], retries=0, backoff_s=0,
                  spool=str(tmp_path / "spool"), probe_interval_s=3600, **kw)  # fmt: skip
     fan.catchup.stop()
-    fan.catchup._read = lambda sink, key: (  # type: ignore[method-assign]
+    fan.catchup._reader.read = lambda sink, key: (  # type: ignore[method-assign]
         SchemaFrame(lake.table[key].column("id").to_pylist()),
         BatchInfo("grow", key[1], "q", epoch=key[0]),
     )

@@ -189,7 +189,7 @@ def test_a_note_after_a_skip_released_the_batch_appends_no_row(
         assert list(fan.process(FRAME, _info(1))) == ["good"]
         assert _kept(fan) == [(1, ["k"], [])]
         k.always_fail = None
-        read = fan.catchup._read
+        read = fan.catchup._reader.read
 
         def read_then_skip(sink: str, key: Any) -> Any:
             got = read(sink, key)
@@ -200,7 +200,7 @@ def test_a_note_after_a_skip_released_the_batch_appends_no_row(
             k.always_fail = SinkWriteError("its files are gone", sink="k")  # vacuumed
             return got
 
-        fan.catchup._read = read_then_skip  # type: ignore[method-assign]
+        fan.catchup._reader.read = read_then_skip  # type: ignore[method-assign]
         with caplog.at_level("INFO", logger="fanout"):
             assert fan.catchup.drain("k", until=lambda: False) is None  # dropped, as skipped
         assert _index(tmp_path) == []  # released, and no note appended after it

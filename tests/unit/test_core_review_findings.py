@@ -27,7 +27,7 @@ def _catch_up_from_memory(fan: FanOut, frames: dict[int, SchemaFrame]) -> None:
         assert spooled is not None, key
         return frames[key[1]], spooled.info()
 
-    fan.catchup._read = read  # type: ignore[method-assign]
+    fan.catchup._reader.read = read  # type: ignore[method-assign]
 
 
 def _lag(sink: ScriptedSink) -> SinkSpec:

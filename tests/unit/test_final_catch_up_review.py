@@ -40,7 +40,7 @@ def test_a_run_with_no_batch_backfills_the_current_epoch_too(tmp_path: Path) -> 
     fan = FanOut("grow", ledger, [lake, spec], backoff_s=0, spool=str(tmp_path / "spool"),
                  probe_interval_s=3600)  # fmt: skip
     fan.catchup.stop()  # the query ended without a batch: only the final catch-up writes
-    fan.catchup._read = lambda sink, key: (  # type: ignore[method-assign]
+    fan.catchup._reader.read = lambda sink, key: (  # type: ignore[method-assign]
         SchemaFrame(lake.table[key].column("id").to_pylist()),
         BatchInfo("grow", key[1], "q", epoch=key[0]),
     )
@@ -63,7 +63,7 @@ def _run(fan: FanOut, batches: range) -> None:
 
 
 def _read_from(fan: FanOut, lake: BackfillLake) -> FanOut:
-    fan.catchup._read = lambda sink, key: (  # type: ignore[method-assign]
+    fan.catchup._reader.read = lambda sink, key: (  # type: ignore[method-assign]
         SchemaFrame(lake.table[key].column("id").to_pylist()),
         BatchInfo("grow", key[1], "q", epoch=key[0]),
     )
@@ -149,7 +149,7 @@ def test_a_sink_its_backfill_source_cannot_serve_is_not_said_to_lose_nothing(
     def read(sink: str, key: tuple[int, int]) -> Any:
         raise lost
 
-    fan.catchup._read = read  # type: ignore[method-assign]
+    fan.catchup._reader.read = read  # type: ignore[method-assign]
     try:
         with pytest.raises(SinksBehindError) as behind:
             fan.final_catch_up()

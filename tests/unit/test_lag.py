@@ -58,7 +58,7 @@ def _catch_up_from_memory(fan: FanOut, frames: dict[int, SchemaFrame]) -> None:
         assert spooled.rows == frames[key[1]].table.num_rows
         return frames[key[1]], spooled.info()
 
-    fan.catchup._read = read  # type: ignore[method-assign]
+    fan.catchup._reader.read = read  # type: ignore[method-assign]
 
 
 def test_a_lag_sink_fails_alone_is_spooled_for_and_catches_up_in_order(tmp_path: Path) -> None:
@@ -1155,7 +1155,7 @@ def test_an_unsettled_batch_of_an_epoch_before_a_reset_is_given_up(
         assert spooled is not None, key
         return frames[key], spooled.info()
 
-    fan.catchup._read = read  # type: ignore[method-assign]
+    fan.catchup._reader.read = read  # type: ignore[method-assign]
     try:
         with caplog.at_level(logging.WARNING, "fanout"):
             fan.process(frames[(1, 0)], BatchInfo("p", 0, "q2"))  # epoch 1: batch 1's rows
@@ -1326,7 +1326,7 @@ def test_a_first_batch_a_fail_fast_sink_failed_is_given_up_after_a_reset(
     [spooled] = fan.spool.batches()
     assert (spooled.key, spooled.needed_by, spooled.party) == ((0, 0), {"pg"}, {"lake", "pg"})
     again = SchemaFrame([7, 8])  # epoch 1 reads batch 0's rows again
-    fan.catchup._read = lambda sink, key: (again, spooled.info())  # type: ignore[method-assign,assignment]
+    fan.catchup._reader.read = lambda sink, key: (again, spooled.info())  # type: ignore[method-assign,assignment]
     try:
         with caplog.at_level(logging.WARNING, "fanout"):
             fan.process(again, BatchInfo("p", 0, "q2"))
@@ -1379,7 +1379,7 @@ def test_a_batch_every_sink_lagged_on_in_an_older_versions_spool_is_caught_up_af
     [spooled] = fan.spool.batches()
     assert (spooled.key, spooled.needed_by, spooled.party) == ((0, 0), {"pg", "kafka"}, None)
     frames = {(0, 0): SchemaFrame([1, 2]), (1, 0): SchemaFrame([3])}
-    fan.catchup._read = lambda sink, key: (frames[key], fan.spool.get(key).info())  # type: ignore[method-assign,assignment,union-attr]
+    fan.catchup._reader.read = lambda sink, key: (frames[key], fan.spool.get(key).info())  # type: ignore[method-assign,assignment,union-attr]
     try:
         fan.process(frames[(1, 0)], BatchInfo("p", 0, "q2"))
         fan.catchup.stop()

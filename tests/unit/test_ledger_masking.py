@@ -225,7 +225,7 @@ def test_a_lag_limits_error_quotes_the_catch_ups_error_masked(tmp_path: Path) ->
     def unreadable(sink: str, key: tuple[int, int]) -> Any:
         raise OSError(f"cannot read s3://k:{OTHER_PASSWORD}@b/origin, batch {key[1]}")
 
-    fan.catchup._read = unreadable  # type: ignore[method-assign]
+    fan.catchup._reader.read = unreadable  # type: ignore[method-assign]
     try:
         fan.process(SchemaFrame([1]), BatchInfo("masked", 0, "q"))
         with pytest.raises(LagLimitError) as stopped:

@@ -87,7 +87,7 @@ def _catch_up_from_memory(fan: FanOut) -> None:
         assert spooled is not None, key
         return FRAMES[key[1]], spooled.info()
 
-    fan.catchup._read = read  # type: ignore[method-assign]
+    fan.catchup._reader.read = read  # type: ignore[method-assign]
 
 
 def test_a_sink_removed_and_put_back_is_refused_then_goes_on_after_an_explicit_skip() -> None:

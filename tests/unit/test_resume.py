@@ -80,7 +80,7 @@ def _restart(tmp_path: Path, ledger: MemoryLedger, checkpoint: str | None) -> tu
         assert spooled is not None, key
         return frames[key[1]], spooled.info()
 
-    fan.catchup._read = read
+    fan.catchup._reader.read = read
     return fan, down
 
 

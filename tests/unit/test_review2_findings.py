@@ -34,7 +34,7 @@ def test_finding1_a_backfill_finishing_during_a_live_batch_loses_that_batch(
     fan = FanOut("grow", ledger, [lake, spec], backoff_s=0, spool=str(tmp_path / "spool"),
                  probe_interval_s=3600)  # fmt: skip
     fan.catchup.stop()  # this test plays the catch-up thread's part itself, at one moment
-    fan.catchup._read = lambda sink, key: (  # type: ignore[method-assign]
+    fan.catchup._reader.read = lambda sink, key: (  # type: ignore[method-assign]
         SchemaFrame(lake.table[key].column("id").to_pylist()),
         BatchInfo("grow", key[1], "q"),
     )
@@ -77,7 +77,7 @@ def test_finding1_a_backfilled_sink_that_lags_later_gets_its_misses_from_the_spo
     fan = FanOut("grow", ledger, [lake, spec], backoff_s=0, spool=str(tmp_path / "spool"),
                  probe_interval_s=3600)  # fmt: skip
     fan.catchup.stop()
-    fan.catchup._read = lambda sink, key: (  # type: ignore[method-assign]
+    fan.catchup._reader.read = lambda sink, key: (  # type: ignore[method-assign]
         SchemaFrame(lake.table[key].column("id").to_pylist()),
         BatchInfo("grow", key[1], "q"),
     )
@@ -152,7 +152,7 @@ def test_finding1_a_source_batch_without_rows_is_backfilled_empty_and_refuses_no
         table = fan.lagging.sources[sink].read(key)
         return SchemaFrame(table.column("id").to_pylist()), BatchInfo("grow", key[1], "q")
 
-    fan.catchup._read = _read  # type: ignore[method-assign]
+    fan.catchup._reader.read = _read  # type: ignore[method-assign]
     try:
         fan.process(frames[3], BatchInfo("grow", 3, "q"))  # pg is held back: it needs 0..2
         fan.catchup.drain("pg", until=lambda: bool(pg.calls))  # the catch-up writes batch 0

@@ -69,7 +69,7 @@ def test_a_live_batch_waits_for_the_catch_up_write_a_skip_overtook(tmp_path: Pat
             assert spooled is not None, key
             return frames[key[1]], spooled.info()
 
-        fan.catchup._read = read  # type: ignore[method-assign]
+        fan.catchup._reader.read = read  # type: ignore[method-assign]
         down.always_fail, down.gate = None, 0  # back; its catch-up of batch 0 waits
         catching = threading.Thread(target=lambda: caught.append(fan.catch_up(timeout_s=60)))
         catching.start()

@@ -155,7 +155,7 @@ def test_the_catch_up_leaves_the_live_batch_in_flight_to_a_sink_that_fails_it_af
         assert spooled is not None, key
         return frames[key[1]], spooled.info()
 
-    fan.catchup._read = read  # type: ignore[method-assign]
+    fan.catchup._reader.read = read  # type: ignore[method-assign]
     try:
         fan.process(frames[0], BatchInfo("pipe", 0, "q"))  # L1 fails and lags
         assert fan.spool is not None

@@ -69,7 +69,7 @@ def _reading(fan: FanOut, frames: dict[int, Any]) -> None:
         assert spooled is not None, key
         return frames[key[1]], spooled.info()
 
-    fan.catchup._read = read  # type: ignore[method-assign]
+    fan.catchup._reader.read = read  # type: ignore[method-assign]
 
 
 CLOSER = "fanout-twice-catchup-close-after-write"

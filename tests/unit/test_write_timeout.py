@@ -157,7 +157,7 @@ def _read_from(fan: FanOut, frames: dict[int, SchemaFrame]) -> None:
         assert spooled is not None, key
         return frames[key[1]], spooled.info()
 
-    fan.catchup._read = read  # type: ignore[method-assign]
+    fan.catchup._reader.read = read  # type: ignore[method-assign]
 
 
 def test_a_hung_write_is_abandoned_and_the_catch_up_waits_for_it(tmp_path: Path) -> None:

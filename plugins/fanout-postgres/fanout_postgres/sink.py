@@ -20,7 +20,8 @@ Design decisions:
 :class:`PostgresSink` holds the hooks of the sink contract and the state between them; the
 long checks they make live beside it, each given what it reads: :mod:`.open_checks`
 (``open()``'s settings, search path, create and migration checks), :mod:`.catalog` (the
-table's columns and rules, for the write plan; the plan itself: :mod:`.plan`),
+table's columns and rules, for the write plan; the plan itself: :mod:`.plan`; which plan a
+batch is written by, cached per schema and checked at each batch: :mod:`.write_plans`),
 :mod:`.replay_refusals` (what a replay or a first batch must not write),
 :mod:`.holds` (``holds_batch``, ``target_replaced``) and :mod:`.fence` (the epoch fence).
 The partitions' own writes are :mod:`.task` and :mod:`.transaction`.
@@ -28,7 +29,6 @@ The partitions' own writes are :mod:`.task` and :mod:`.transaction`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -59,8 +59,7 @@ from fanout.partitioned.outcome import PartitionOutcome
 from fanout.partitioned.replay_route import check_routes, route_mark
 from fanout.partitioned.sink import PartitionedSink, PartitionInput
 from fanout_postgres import url as pgurl
-from fanout_postgres.catalog import resolved_schema, rules_problem
-from fanout_postgres.catalog import shape as catalog_shape
+from fanout_postgres.catalog import rules_problem
 from fanout_postgres.connections import CLIENT_ENCODING
 from fanout_postgres.deadletter import (
     PostgresDeadLetters,
@@ -107,14 +106,8 @@ from fanout_postgres.plan import (
     PlanError,
     PlanOptions,
     TargetInfo,
-    WritePlan,
-    build_plan,
     check_target,
-    create_table,
-    created_target,
-    map_columns,
     reflect,
-    table_to_create,
 )
 from fanout_postgres.replay_refusals import (
     refuse_later_batch,
@@ -127,6 +120,7 @@ from fanout_postgres.replay_refusals import (
 from fanout_postgres.statements import lift_epoch_fence
 from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
+from fanout_postgres.write_plans import Planning, WritePlans
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -242,16 +236,14 @@ class PostgresSink(PartitionedSink):
         # name a table replaced under the sink's table name writes the batch whole
         self._accept_lost = False
         self._dead: DeadLetterTarget | None = None  # resolved by fanout, given at open()
-        self._plans: dict[str, WritePlan] = {}
-        self._shapes: dict[str, Any] = {}  # schema -> the table's columns it was planned on
-        self._checked: dict[str, int] = {}  # schema -> the last batch its plan was checked at
+        # the write plans per batch schema, and whether the first write creates the table
+        self._write_plans = WritePlans()
         self._keys: list[str] | None = None  # resolved at open() (append: the hash keys)
         self._direct = DirectCopyPolicy()
         # upsert: (scope, batch) whose preflight found partitions an earlier attempt committed
         self._rewrites: set[tuple[str, int]] = set()
         # the epoch whose earlier epochs' scopes this process closed (0: none has any)
         self._fenced = 0
-        self._unmade = False  # open() found the table missing; the first write creates it
 
     @property
     def guarantee(self) -> Guarantee:
@@ -303,7 +295,7 @@ class PostgresSink(PartitionedSink):
                                                pgurl.display(self._url)))  # fmt: skip
             with engine.connect() if checking else engine.begin() as conn:
                 info = reflect(conn, self._table)  # type: ignore[arg-type]
-                self._unmade = info is None and not checking
+                self._write_plans.unmade = info is None and not checking
                 self._check_target(info)
                 if info is None and self.create_table:
                     self._refuse(may_create_problem(conn, self._table))  # type: ignore[arg-type]
@@ -318,11 +310,14 @@ class PostgresSink(PartitionedSink):
                     + ("from option batch_schema" if self.batch_schema is not None
                        else "at the first batch, from its columns") + ")"
                 )  # fmt: skip
-            if self.batch_schema is not None and (checking or info is None):
-                # a missing table is created at the first write, not here: see _plan
-                self._check_plan(schema_of(self.batch_schema, context.spark))
-            elif self.batch_schema is not None:
-                self._plan(schema_of(self.batch_schema, context.spark), None)
+            if self.batch_schema is not None:
+                batch_schema = schema_of(self.batch_schema, context.spark)
+                if checking or info is None:
+                    # a missing table is created at the first write, not here: see
+                    # WritePlans.plan
+                    self._write_plans.check(self._planning(), batch_schema, at_open=True)
+                else:
+                    self._write_plans.plan(self._planning(), batch_schema, None)
         except (ConfigurationError, SchemaMismatchError):
             raise
         except Exception as exc:
@@ -357,26 +352,20 @@ class PostgresSink(PartitionedSink):
 
     def check_schema(self, schema: pa.Schema) -> None:
         """Batches of the Arrow ``schema`` must fit the table: the checks of a batch's
-        first arrival (:meth:`_plan`: every column in the table, of a type it takes without
-        PostgreSQL rounding it, the NOT NULL columns and the keys written), raising the
-        same :class:`SchemaMismatchError` without a batch id. Nothing is written: a missing
-        table that ``create_table`` would create is checked as it would be created, and
-        stays missing. Called by ``fanout validate`` after :meth:`open`."""
+        first arrival (:meth:`~fanout_postgres.write_plans.WritePlans.plan`: every column in
+        the table, of a type it takes without PostgreSQL rounding it, the NOT NULL columns
+        and the keys written), raising the same :class:`SchemaMismatchError` without a
+        batch id. Nothing is written: a missing table that ``create_table`` would create is
+        checked as it would be created, and stays missing. Called by ``fanout validate``
+        after :meth:`open`."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
         spark_schema = from_arrow_schema(schema)
-        if spark_schema.json() in self._plans:
+        if self._write_plans.planned(spark_schema) is not None:
             return  # planned already, against the table as it is
         if self._url is None or self._table is None:  # open() failed, or was not called
             self._check_options()
-        try:
-            with self._engine().connect() as conn:
-                info = self._target(conn, spark_schema, create=False)
-                build_plan(info, self._plan_options(conn), spark_schema)  # not kept
-        except PlanError as exc:
-            raise self._mismatch(exc, None) from None
-        except Exception as exc:
-            raise self._unchecked(exc, None) from None
+        self._write_plans.check(self._planning(), spark_schema, at_open=False)  # not kept
 
     # -- the partitioned-sink kit: one batch, on the driver --------------------------------
 
@@ -395,7 +384,8 @@ class PostgresSink(PartitionedSink):
                     conn.execute(_sa().text("SELECT 1"))
                 if batch.info.epoch > self._fenced:
                     self._fence(conn, batch.pipeline, batch.info.epoch)
-                self._recheck(conn, batch.df.schema.json(), batch.batch_id)
+                self._write_plans.recheck(self._planning(), conn, batch.df.schema.json(),
+                                          batch.batch_id)  # fmt: skip
         except Exception as exc:
             if not self.is_transient(exc):
                 raise
@@ -450,7 +440,7 @@ class PostgresSink(PartitionedSink):
             raise SinkWriteError(
                 "the postgres sink needs a Spark DataFrame", sink=self.name, batch_id=batch.batch_id
             )
-        plan = self._plan(df.schema, batch.batch_id)
+        plan = self._write_plans.plan(self._planning(), df.schema, batch.batch_id)
         projected = df
         by = list(plan.hash_columns)
         # keys PostgreSQL calls equal must share a partition (fanout_postgres.keyhash):
@@ -483,7 +473,7 @@ class PostgresSink(PartitionedSink):
     def batch_partitioning(self, schema: Any) -> BatchPartitioning | None:
         """The plan's hash columns under their batch names, once a batch of ``schema`` was
         planned (planning reads the table: it happens in the sink's own write, not here)."""
-        plan = self._plans.get(schema.json())
+        plan = self._write_plans.planned(schema)
         if plan is None or plan.key_hashes:  # folded keys are hashed on no batch column
             return None
         sources = plan.sources
@@ -497,7 +487,7 @@ class PostgresSink(PartitionedSink):
             batch_scope(batch), batch.batch_id, batch.query_id, fingerprint, route_mark(batch),
             _kept_elsewhere(batch),
         )  # fmt: skip
-        write_plan = self._plan(batch.df.schema, batch.batch_id)
+        write_plan = self._write_plans.plan(self._planning(), batch.df.schema, batch.batch_id)
         direct = write_plan.mode == "upsert" and self._direct.wanted()
         return PostgresPartitionWriter(
             self.connection_url(),
@@ -614,7 +604,8 @@ class PostgresSink(PartitionedSink):
 
         The progress marks and routes live in ``state_schema`` and outlive the table: a
         table missing now holds nothing, whatever they say (``False``). ``create_table``
-        creates it at the first write, after this check (:meth:`_plan`), so a run refused
+        creates it at the first write, after this check
+        (:meth:`~fanout_postgres.write_plans.WritePlans.plan`), so a run refused
         for it leaves it missing and its retry is refused again. Whether the table there is
         the one they were written to: :meth:`target_replaced`.
 
@@ -877,123 +868,14 @@ class PostgresSink(PartitionedSink):
             self._driver_engine = (self._url, engine)
         return engine
 
-    # -- internals: the write plan, cached per batch schema --------------------------------
+    # -- internals: the write plan (fanout_postgres.write_plans) ---------------------------
 
-    def _plan(self, spark_schema: Any, batch_id: int | None) -> WritePlan:
-        """The write plan of batches of ``spark_schema`` (cached per schema), the table
-        created first when it is missing and ``create_table`` is on. ``batch_id`` is
-        ``None`` at :meth:`open` (option ``batch_schema``): a mismatch is then a
-        :class:`ConfigurationError`, else a :class:`SchemaMismatchError` of the batch.
-
-        :meth:`open` plans only a table that exists (a missing one is checked as it would
-        be created, :meth:`_check_plan`): it runs before the run's lost-target check
-        (:meth:`holds_batch`), and a table it created would make the retry of a refused
-        run find one, which the progress marks (they outlive the table) then say holds
-        the batches. So the first batch's plan creates it, and no later one: a table
-        dropped while the run writes it (no check runs between batches) fails the batch,
-        and the restart's check refuses it, instead of being created again empty."""
-        cache_key = spark_schema.json()
-        plan = self._plans.get(cache_key)
-        if plan is not None and (batch_id is None or self._checked.get(cache_key) == batch_id):
-            return plan
-        engine = self._engine()
-        try:
-            if plan is not None:
-                with engine.connect() as conn:
-                    self._recheck(conn, cache_key, batch_id)  # type: ignore[arg-type]
-                plan = self._plans.get(cache_key)
-                if plan is not None:
-                    return plan
-            with engine.begin() as conn:
-                info = self._target(conn, spark_schema, create=self._unmade, describe=False)
-                plan = build_plan(info, self._plan_options(conn), spark_schema)
-                ruled = rules_problem(conn, self._table)  # type: ignore[arg-type]
-                if ruled is not None:  # a rule made since open(): the shape changed
-                    raise PlanError(ruled)
-                shape = catalog_shape(conn, self._table)  # type: ignore[arg-type]
-                types = {row[0]: row[1] for row in shape}
-                plan = dataclasses.replace(
-                    plan, column_types=tuple(types.get(t, "") for _, t in plan.columns)
-                )
-        except PlanError as exc:
-            if batch_id is None:
-                raise self._configured(exc) from None
-            raise self._mismatch(exc, batch_id) from None
-        except Exception as exc:
-            raise self._unchecked(exc, batch_id) from None
-        self._unmade = False  # there now: dropped later, it is not created again
-        self._plans[cache_key] = plan
-        self._shapes[cache_key] = shape
-        if batch_id is not None:
-            self._checked[cache_key] = batch_id
-        return plan
-
-    def _recheck(self, conn: Any, cache_key: str, batch_id: int) -> None:
-        """At each batch: the table's columns (one catalog query) against those its cached
-        plan was made on. A column altered (``ALTER TABLE ... TYPE``), added or dropped
-        since drops the plan, and the batch is planned anew against the table as it is:
-        binary COPY encodes each field for the planned type. The partition input
-        :meth:`check_replay` made on the dropped plan is dropped with it."""
-        if cache_key not in self._plans:
-            return
-        if catalog_shape(conn, self._table) != self._shapes.get(cache_key):  # type: ignore[arg-type]
-            logger.info(
-                "sink %r, batch %d: table %s changed since its write plan was made; "
-                "planning anew", self.name, batch_id, self._table,
-            )  # fmt: skip
-            del self._plans[cache_key]
-            self.forget_replay_read()
-            return
-        self._checked[cache_key] = batch_id
-
-    def _check_plan(self, spark_schema: Any) -> None:
-        """:meth:`_plan`'s checks at :meth:`open` (a :class:`ConfigurationError`), a missing
-        table described as it would be created, and nothing kept or created."""
-        try:
-            with self._engine().connect() as conn:
-                info = self._target(conn, spark_schema, create=False)
-                build_plan(info, self._plan_options(conn), spark_schema)
-        except PlanError as exc:
-            raise self._configured(exc) from None
-        except Exception as exc:
-            raise self._unchecked(exc, None) from None
-
-    def _target(
-        self, conn: Any, spark_schema: Any, *, create: bool, describe: bool = True
-    ) -> TargetInfo:
-        """The table, reflected. When it is missing and ``create_table`` is on: created
-        from ``spark_schema`` (``create``), or only described as it would be created
-        (``describe``), else refused: it was there, or created, since :meth:`open`."""
-        table: TableName = self._table  # type: ignore[assignment]
-        info = reflect(conn, table)
-        if info is None and self.create_table and (create or describe):
-            pairs = map_columns(spark_schema.fieldNames(), self.columns)
-            keys = self.keys or []
-            if create:
-                create_table(conn, table, spark_schema, pairs, keys)
-                logger.info("sink %r: created table %s", self.name, table)
-                info = reflect(conn, table)
-            else:
-                info = created_target(table, table_to_create(table, spark_schema, pairs, keys))
-        elif info is None and self.create_table:
-            raise PlanError(
-                f"table {table} does not exist: dropped while the run wrote it? "
-                "create_table creates a missing table only at a run's first write, after the "
-                "check that the target still holds what the ledger marks written there; "
-                "start the run again"
-            )
-        if info is None:
-            raise PlanError(f"table {table} does not exist")
-        return info
-
-    def _plan_options(self, conn: Any) -> PlanOptions:
+    def _planning(self) -> Planning:
+        """What the sink's :class:`~fanout_postgres.write_plans.WritePlans` read of it at
+        one call: its options as :meth:`open` resolved them, its driver engine, its errors."""
         dead = self._dead
-        # the schema the name resolves to: the statements name it, so a temporary table
-        # of the same name (first on the search path, like the staging table) cannot
-        # take the rows
-        schema = resolved_schema(conn, self._table)
         table = dead.table if isinstance(dead, PostgresDeadLetters) else None
-        return PlanOptions(
+        options = PlanOptions(
             sink=self.name,
             table=self._table,  # type: ignore[arg-type]
             mode=self.mode,
@@ -1005,11 +887,9 @@ class PostgresSink(PartitionedSink):
             dead_letter_table=table,
             dead_letter_kind=None if dead is None else "postgres" if table else "driver",
             settings=tuple((str(k), str(v)) for k, v in self.settings.items()),
-            schema=schema,
-            # the dead-letter table as the driver created and reads it: a search_path in
-            # option settings (the write connections') would otherwise find none, or another
-            dead_letter_schema=resolved_schema(conn, table),
         )
+        return Planning(options, self.create_table, self._engine, self._configured,
+                        self._mismatch, self._unchecked, self.forget_replay_read)  # fmt: skip
 
     def _configured(self, exc: PlanError) -> ConfigurationError:
         """A plan refused at :meth:`open`, from option ``batch_schema``: before any batch."""

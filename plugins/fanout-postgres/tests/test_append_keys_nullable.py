@@ -15,6 +15,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.task import CommitHooks
@@ -28,7 +29,7 @@ SCHEMA = T.StructType(
 def _write(url: str, mode: str, rows: pa.Table) -> tuple[str, int, str | None]:
     sink = PostgresSink("pg", url=url, table="sales", mode=mode, keys=["customer"])
     sink = open_sink(sink, "nk")
-    writer = PostgresPartitionWriter(sink.connection_url(), sink._plan(SCHEMA, 0),
+    writer = PostgresPartitionWriter(sink.connection_url(), write_plan(sink, SCHEMA, 0),
                                      BatchMeta("nk", 0, "q"), False, 0.0)  # fmt: skip
     hooks = CommitHooks("nk", "pg", 0)
     outcome = writer.write_partition(0, iter(rows.to_batches()), hooks, MemberDigest())

@@ -13,6 +13,7 @@ import pytest
 from fanout_postgres import PostgresSink
 from pgcheck import execute, query
 from pyspark.sql.pandas.types import from_arrow_schema
+from write_plan import write_plan
 
 from fanout.contract.sink import SinkContext
 from fanout.errors import ConfigurationError, SchemaMismatchError
@@ -134,7 +135,7 @@ def test_a_schema_the_table_cannot_take_fails_as_its_first_batch_would(
     assert checked.value.batch_id is None
     # the first batch of that schema is refused in the same words (its plan, on the driver)
     with pytest.raises(SchemaMismatchError) as first_batch:
-        sink._plan(from_arrow_schema(schema), 3)
+        write_plan(sink, from_arrow_schema(schema), 3)
     assert str(first_batch.value) == f"sink 'pg', batch 3: {message}"
     assert query(pg_url, "SELECT to_regclass('public.fresh')") == [(None,)]
 
@@ -169,7 +170,7 @@ def test_a_missing_table_create_table_would_make_passes_and_stays_missing(pg_url
     assert query(
         pg_url, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'fresh'"
     ) == [(0,)]
-    sink._plan(from_arrow_schema(schema), 0)  # the first batch creates it
+    write_plan(sink, from_arrow_schema(schema), 0)  # the first batch creates it
     assert query(pg_url, "SELECT to_regclass('public.fresh')::text") == [("fresh",)]
 
 

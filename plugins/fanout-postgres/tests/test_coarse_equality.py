@@ -22,6 +22,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.task import CommitHooks
@@ -31,7 +32,7 @@ from fanout.testing import open_sink
 def _writer(url: str, table: str, schema: T.StructType, **options: Any) -> Any:
     """The partition writer of ``table`` for batches of ``schema``, as an executor runs it."""
     sink = open_sink(PostgresSink("pg", url=url, table=table, **options), "coarse")
-    plan = sink._plan(schema, 0)
+    plan = write_plan(sink, schema, 0)
     return PostgresPartitionWriter(
         sink.connection_url(), plan, BatchMeta("coarse", 0, "q"), False, 0.0
     )

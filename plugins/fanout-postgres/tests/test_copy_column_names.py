@@ -14,6 +14,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.task import CommitHooks
@@ -27,7 +28,7 @@ def test_a_refused_value_names_a_column_whose_name_holds_a_colon(pg_url: str) ->
     )
     sink = PostgresSink("pg", url=pg_url, table="c", mode="append", dead_letter="postgres:rejects")
     sink = open_sink(sink, "colon")
-    writer = PostgresPartitionWriter(sink.connection_url(), sink._plan(schema, 0),
+    writer = PostgresPartitionWriter(sink.connection_url(), write_plan(sink, schema, 0),
                                      BatchMeta("colon", 0, "q"), False, 0.0)  # fmt: skip
     rows = pa.table({"id": pa.array([1, 2], pa.int64()), "qty: n": ["1", "x"]})
     hooks = CommitHooks("colon", "pg", 0)

@@ -25,6 +25,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import dsn, execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.contract.sink import SinkContext
 from fanout.partitioned.membership import MemberDigest
@@ -35,7 +36,7 @@ from fanout.testing import open_sink
 def _writer(url: str, table: str, schema: T.StructType, **options: Any) -> Any:
     """The partition writer of ``table`` for batches of ``schema``, as an executor runs it."""
     sink = open_sink(PostgresSink("pg", url=url, table=table, **options), "values")
-    plan = sink._plan(schema, 0)
+    plan = write_plan(sink, schema, 0)
     return PostgresPartitionWriter(
         sink.connection_url(), plan, BatchMeta("values", 0, "q"), False, 0.0
     )
@@ -214,7 +215,7 @@ def test_append_keeps_such_letters_in_its_progress_mark(pg_url: str) -> None:
     execute(pg_url, "CREATE TABLE ap (id bigint, name varchar(3) NOT NULL, x float8)")
     sink = PostgresSink("pg", url=pg_url, table="ap", mode="append")
     sink.open(SinkContext("values", dead_letters=_ElsewhereLetters()))
-    plan = sink._plan(LETTER_SCHEMA, 0)
+    plan = write_plan(sink, LETTER_SCHEMA, 0)
     meta = BatchMeta("values", 0, "q")
     writer = PostgresPartitionWriter(sink.connection_url(), plan, meta, False, 0.0)
     outcome = _write(writer, LETTER_ROWS)

@@ -16,6 +16,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import dsn, execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.contract.sink import SinkContext
 from fanout.partitioned.membership import MemberDigest
@@ -58,7 +59,7 @@ def _write(url: str, table: str, rows: pa.Table) -> Any:
     sink = PostgresSink("pg", url=url, table=table)
     sink.open(SinkContext("encoding"))
     writer = PostgresPartitionWriter(
-        sink.connection_url(), sink._plan(schema, 0), BatchMeta("encoding", 0, "q")
+        sink.connection_url(), write_plan(sink, schema, 0), BatchMeta("encoding", 0, "q")
     )
     return writer.write_partition(0, iter(rows.to_batches()), _Hooks(), MemberDigest())
 

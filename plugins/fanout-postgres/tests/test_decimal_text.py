@@ -17,6 +17,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.task import CommitHooks
@@ -40,7 +41,7 @@ def test_a_decimal_into_a_text_column_is_written_in_plain_notation(pg_url: str) 
          T.StructField("n", decimal)]
     )  # fmt: skip
     sink = open_sink(PostgresSink("pg", url=pg_url, table="amounts"), "dec")
-    writer = PostgresPartitionWriter(sink.connection_url(), sink._plan(schema, 0),
+    writer = PostgresPartitionWriter(sink.connection_url(), write_plan(sink, schema, 0),
                                      BatchMeta("dec", 0, "q"), True, 0.0)  # fmt: skip
     values = pa.array([Decimal(v) for v in VALUES], pa.decimal128(38, 18))
     rows = pa.table({"id": pa.array(range(len(VALUES)), pa.int64()), "t": values, "n": values})

@@ -17,6 +17,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.errors import ConfigurationError
 from fanout.partitioned.membership import MemberDigest
@@ -34,8 +35,8 @@ def _write(url: str, mode: str, rows: list[tuple[int, int]], batch_id: int) -> P
     sink = open_sink(sink, "deferred")
     meta = BatchMeta("deferred", batch_id, "q")
     direct = mode == "upsert"  # the COPY straight into the table first, as the driver asks
-    writer = PostgresPartitionWriter(sink.connection_url(), sink._plan(SCHEMA, batch_id), meta,
-                                     direct, 0.0)  # fmt: skip
+    writer = PostgresPartitionWriter(sink.connection_url(), write_plan(sink, SCHEMA, batch_id),
+                                     meta, direct, 0.0)  # fmt: skip
     ids, parents = zip(*rows, strict=True)
     table = pa.table({"id": pa.array(ids, pa.int64()), "parent": pa.array(parents, pa.int64())})
     hooks = CommitHooks("deferred", "pg", batch_id)

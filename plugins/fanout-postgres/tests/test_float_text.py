@@ -20,6 +20,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.task import CommitHooks
@@ -51,7 +52,7 @@ def test_floats_into_text_columns_are_spelled_as_spark_casts_them(pg_url: str) -
          T.StructField("f4", T.FloatType())]
     )  # fmt: skip
     sink = open_sink(PostgresSink("pg", url=pg_url, table="nums"), "flt")
-    writer = PostgresPartitionWriter(sink.connection_url(), sink._plan(schema, 0),
+    writer = PostgresPartitionWriter(sink.connection_url(), write_plan(sink, schema, 0),
                                      BatchMeta("flt", 0, "q"), True, 0.0)  # fmt: skip
     n = max(len(DOUBLES), len(FLOATS))
     doubles = pa.array(list(DOUBLES) + [None] * (n - len(DOUBLES)), pa.float64())

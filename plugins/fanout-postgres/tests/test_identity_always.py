@@ -13,6 +13,7 @@ import pytest
 from fanout_postgres import PostgresSink
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.errors import SchemaMismatchError
 from fanout.testing import open_sink
@@ -27,7 +28,7 @@ def test_a_batch_column_into_an_identity_always_column_is_refused(pg_url: str, m
     )
     sink = open_sink(PostgresSink("pg", url=pg_url, table="c", mode=mode), "ident")
     with pytest.raises(SchemaMismatchError) as caught:
-        sink._plan(SCHEMA, 3)
+        write_plan(sink, SCHEMA, 3)
     assert str(caught.value) == (
         "sink 'pg', batch 3: batch column 'seq' maps to the identity column seq of table c, "
         "GENERATED ALWAYS, which takes no value; leave it out of the batch (option 'columns'), "

@@ -19,6 +19,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionOutcome
@@ -40,7 +41,7 @@ def _strings(values: list[bytes]) -> pa.Array:
 
 def _write(url: str, mode: str, **options: Any) -> PartitionOutcome:
     sink = open_sink(PostgresSink("pg", url=url, table="t", mode=mode, **options), "u8")
-    writer = PostgresPartitionWriter(sink.connection_url(), sink._plan(SCHEMA, 0),
+    writer = PostgresPartitionWriter(sink.connection_url(), write_plan(sink, SCHEMA, 0),
                                      BatchMeta("u8", 0, "q"), mode == "upsert", 0.0)  # fmt: skip
     rows = pa.table({"id": pa.array([1, 2], pa.int64()), "s": _strings([b"ok", b"a\xffb"])})
     hooks = CommitHooks("u8", "pg", 0)
@@ -84,7 +85,7 @@ def _write_nested(url: str, mode: str, kind: str, **options: Any) -> PartitionOu
     spark, values = _nested(kind)
     schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("n", spark)])
     sink = open_sink(PostgresSink("pg", url=url, table="t", mode=mode, **options), "u8")
-    writer = PostgresPartitionWriter(sink.connection_url(), sink._plan(schema, 0),
+    writer = PostgresPartitionWriter(sink.connection_url(), write_plan(sink, schema, 0),
                                      BatchMeta("u8", 0, "q"), mode == "upsert", 0.0)  # fmt: skip
     rows = pa.table({"id": pa.array([1, 2], pa.int64()), "n": values})
     hooks = CommitHooks("u8", "pg", 0)

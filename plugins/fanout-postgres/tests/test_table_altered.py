@@ -6,6 +6,7 @@ which binary COPY encodes, and the INSERT casts them, or fails)."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +18,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sink import SinkContext
@@ -48,7 +50,7 @@ def _sink(url: str, **options: Any) -> PostgresSink:
 
 
 def _writer(sink: PostgresSink, batch_id: int) -> PostgresPartitionWriter:
-    plan = sink._plan(SCHEMA, batch_id)
+    plan = write_plan(sink, SCHEMA, batch_id)
     return PostgresPartitionWriter(sink.connection_url(), plan, BatchMeta("altered", batch_id, "q"))
 
 
@@ -110,13 +112,13 @@ def test_each_batch_plans_anew_when_the_table_changed(table: str) -> None:
     url = table
     sink = _sink(url)
     assert _write(_writer(sink, 0), [1]).status == "committed"
-    planned = sink._plan(SCHEMA, 0)
-    assert sink._plan(SCHEMA, 1) is planned  # unchanged: the cached plan
+    planned = write_plan(sink, SCHEMA, 0)
+    assert write_plan(sink, SCHEMA, 1) is planned  # unchanged: the cached plan
     execute(url, "ALTER TABLE t ALTER COLUMN qty TYPE bigint")
     # a batch's preflight (its first step on the driver) finds the change: the plan goes
     frame = SimpleNamespace(schema=SCHEMA)
     sink.preflight(Batch(frame, BatchInfo("altered", 2, "q"), "pg", "fanout/altered/pg"))
-    assert SCHEMA.json() not in sink._plans
+    assert SCHEMA.json() not in sink._write_plans.plans
     writer = _writer(sink, 2)
     assert writer.plan is not planned
     assert writer.plan.wire_kinds == ("int8", "int8", "int8", "timestamp")
@@ -125,7 +127,7 @@ def test_each_batch_plans_anew_when_the_table_changed(table: str) -> None:
     # a change the batch no longer fits is refused as at its first arrival
     execute(url, "ALTER TABLE t ALTER COLUMN amount TYPE double precision")
     with pytest.raises(SchemaMismatchError) as refused:
-        sink._plan(SCHEMA, 3)
+        write_plan(sink, SCHEMA, 3)
     assert str(refused.value).startswith(
         "sink 'pg', batch 3: batch column 'amount' (bigint) cannot be written to column "
         "amount of table t (DOUBLE PRECISION) without loss"
@@ -135,7 +137,7 @@ def test_each_batch_plans_anew_when_the_table_changed(table: str) -> None:
         "ALTER TABLE t ALTER COLUMN amount TYPE bigint, ALTER COLUMN at TYPE bigint USING 0",
     )
     with pytest.raises(SchemaMismatchError) as refused:
-        sink._plan(SCHEMA, 4)
+        write_plan(sink, SCHEMA, 4)
     assert "batch column 'at' (timestamp) cannot be written to column at of table t" in str(
         refused.value
     )
@@ -158,7 +160,7 @@ def test_a_rule_made_while_the_stream_runs_refuses_the_next_batch(table: str) ->
         "CREATE RULE t_audit AS ON INSERT TO t DO ALSO INSERT INTO audit VALUES (NEW.id)",
     )
     with pytest.raises(SchemaMismatchError) as refused:
-        sink._plan(SCHEMA, 1)
+        write_plan(sink, SCHEMA, 1)
     assert str(refused.value) == (
         "sink 'pg', batch 1: the table has rule(s) t_audit (ON INSERT): the sink writes with "
         "COPY, which fires no rule, and falls back to INSERT, which does, so whether a rule "
@@ -208,3 +210,47 @@ def test_the_write_takes_check_replays_input_unless_the_table_changed_in_between
     assert counted.calls == ["input", "read"] * (2 if altered else 1)
     qty = "int8" if altered else "int4"
     assert prepared.task.writer.plan.wire_kinds == ("int8", "int8", qty, "timestamp")
+
+
+def test_a_pickled_sink_carries_its_write_plans_and_not_its_engine(table: str) -> None:
+    """The sink is pickled to the executors: its write plans go with it (the plan, the
+    table's columns it was made on, the batch it was checked at), the driver's engine not;
+    unpickled, the plan of the batch it was checked at is the cached one, the table not
+    read (no engine made)."""
+    sink = _sink(table)
+    planned = write_plan(sink, SCHEMA, 0)
+    back = pickle.loads(pickle.dumps(sink))
+    key = SCHEMA.json()
+    assert back._write_plans.plans == {key: planned}
+    assert back._write_plans.checked == {key: 0}
+    assert [row[:3] for row in back._write_plans.shapes[key]] == [
+        ("id", "bigint", True),
+        ("amount", "bigint", False),
+        ("qty", "integer", False),
+        ("at", "timestamp without time zone", False),
+    ]
+    assert back._write_plans.shapes == sink._write_plans.shapes
+    assert back._write_plans.unmade is False
+    assert "_driver_engine" in sink.__dict__ and "_driver_engine" not in back.__dict__
+    assert write_plan(back, SCHEMA, 0) == planned
+    assert "_driver_engine" not in back.__dict__
+
+
+def test_a_sink_pickled_before_its_first_write_still_creates_the_missing_table(
+    pg_url: str,
+) -> None:
+    """``open()`` found the table missing (``create_table``): pickled before any plan, the
+    sink still creates it at its first plan, once; dropped after, it is not made again."""
+    sink = _sink(pg_url, create_table=True, keys=["id"])
+    back = pickle.loads(pickle.dumps(sink))
+    assert (back._write_plans.plans, back._write_plans.unmade) == ({}, True)
+    assert query(pg_url, "SELECT to_regclass('public.t')::text") == [(None,)]
+    plan = write_plan(back, SCHEMA, 0)
+    assert plan.columns == (("id", "id"), ("amount", "amount"), ("qty", "qty"), ("at", "at"))
+    assert query(pg_url, "SELECT to_regclass('public.t')::text") == [("t",)]
+    assert back._write_plans.unmade is False
+    execute(pg_url, "DROP TABLE t")
+    with pytest.raises(SchemaMismatchError) as refused:
+        write_plan(back, SCHEMA, 1)
+    assert "table t does not exist: dropped while the run wrote it?" in str(refused.value)
+    assert query(pg_url, "SELECT to_regclass('public.t')::text") == [(None,)]

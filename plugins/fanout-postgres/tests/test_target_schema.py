@@ -15,6 +15,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.contract.sink import SinkContext
 from fanout.partitioned.membership import MemberDigest
@@ -40,7 +41,7 @@ def test_a_table_named_like_a_temporary_table_gets_its_rows(
     dead = PostgresDeadLetters(pg_url, "pg", TableName("rejects"), name)
     sink.open(SinkContext("names", dead_letters=dead))
     writer = PostgresPartitionWriter(
-        sink.connection_url(), sink._plan(SCHEMA, 0), BatchMeta("names", 0, "q")
+        sink.connection_url(), write_plan(sink, SCHEMA, 0), BatchMeta("names", 0, "q")
     )
     rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["a", "bad", "c"]})
     out: Any = writer.write_partition(0, iter(rows.to_batches()), _Hooks(), MemberDigest())

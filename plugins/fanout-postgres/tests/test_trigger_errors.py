@@ -15,6 +15,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.partitioned.membership import MemberDigest
 from fanout.partitioned.outcome import PartitionOutcome
@@ -39,7 +40,7 @@ def _table(url: str, using: str) -> None:
 def _write(url: str, mode: str) -> PartitionOutcome:
     sink = PostgresSink("pg", url=url, table="t", mode=mode, dead_letter="postgres:rejects")
     sink = open_sink(sink, "trg")
-    writer = PostgresPartitionWriter(sink.connection_url(), sink._plan(SCHEMA, 0),
+    writer = PostgresPartitionWriter(sink.connection_url(), write_plan(sink, SCHEMA, 0),
                                      BatchMeta("trg", 0, "q"), mode == "upsert", 0.0)  # fmt: skip
     rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": pa.array([5, -1, 7], pa.int64())})
     return writer.write_partition(0, iter(rows.to_batches()), CommitHooks("trg", "pg", 0),

@@ -17,6 +17,7 @@ from fanout_postgres.task import PostgresPartitionWriter
 from fanout_postgres.transaction import BatchMeta
 from pgcheck import execute, query
 from pyspark.sql import types as T
+from write_plan import write_plan
 
 from fanout.errors import SchemaMismatchError
 from fanout.partitioned.membership import MemberDigest
@@ -40,7 +41,7 @@ def _write(sink: PostgresSink, plan: object, rows: list[tuple[int, int]], batch_
 def test_keys_that_lost_their_unique_constraint_are_not_written_twice(pg_url: str) -> None:
     execute(pg_url, "CREATE TABLE t (id bigint CONSTRAINT t_pk PRIMARY KEY, v bigint)")
     sink = open_sink(PostgresSink("pg", url=pg_url, table="t"), "ud")
-    plan = sink._plan(SCHEMA, 0)
+    plan = write_plan(sink, SCHEMA, 0)
     assert _write(sink, plan, [(1, 1), (2, 2)], 0).status == "committed"
     execute(pg_url, "ALTER TABLE t DROP CONSTRAINT t_pk")
 
@@ -53,4 +54,4 @@ def test_keys_that_lost_their_unique_constraint_are_not_written_twice(pg_url: st
 
     # the batch planned anew: the keys are refused
     with pytest.raises(SchemaMismatchError, match="table t has no primary key"):
-        sink._plan(SCHEMA, 1)
+        write_plan(sink, SCHEMA, 1)
