@@ -146,6 +146,8 @@ class CatchUp:
         self.target_of = target_of
         self.spark = spark
         self.probe_interval_s = probe_interval_s
+        # the reader holds these same objects: none is reassigned after the start (a new
+        # session or ledger means a new FanOut, so a new CatchUp)
         self._reader = CatchUpReader(lagging, specs, target_of, spark, ledger_location)
         self._writers = {
             name: sink_writer(lagging.pipeline, ledger_key(lagging.ledger), name)
