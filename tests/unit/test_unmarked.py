@@ -748,11 +748,11 @@ def test_a_fence_still_running_when_its_wait_is_interrupted_is_not_lifted(
     fence had returned (raised) or was still running."""
     import threading
 
-    import fanout.steps.unmarked as unmarked
+    import fanout.steps.unmarked.epoch_fence as epoch_fence
 
     gate = threading.Event()
     log: list[tuple[str, ...]] = []
-    real = unmarked.bounded
+    real = epoch_fence.bounded
 
     class Hangs(Fencing):
         def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
@@ -767,7 +767,7 @@ def test_a_fence_still_running_when_its_wait_is_interrupted_is_not_lifted(
             gate.wait(0.01)
         raise KeyboardInterrupt  # the wait for it interrupted
 
-    monkeypatch.setattr(unmarked, "bounded", interrupted)
+    monkeypatch.setattr(epoch_fence, "bounded", interrupted)
     ledger = _ledger({"a": 2, "b": 2})
     sinks = {"a": Fencing("a", log, set()), "b": Hangs("b", log, set())}
     try:
