@@ -38,7 +38,7 @@ TABLE_READS = {
 """The ways to read a Delta table's rows past the ledger (``fanout.delta_tables.io``,
 delta-rs itself; Spark's ``spark.read...load``, pyarrow's datasets and Parquet files)."""
 
-ON_PURPOSE = {("fanout/steps/unmarked.py", "committed_entries_with_replaced")}
+ON_PURPOSE = {("fanout/steps/unmarked/restart.py", "committed_entries_with_replaced")}
 """The readers of the rows as written outside the ledger, each for its reason: the refused
 query's check (a lost mark its refusal recorded names it, also once replaced)."""
 

@@ -484,6 +484,16 @@ class Fencing(Answering):
         self.log.append(("lift", self.name, str(epoch)))
 
 
+LIFT_BY_HAND = (
+    "lift it with `fanout ledger lift-fence --config PIPELINE.toml --epoch 1` (PIPELINE.toml: "
+    "the pipeline's file; every sink of it that fences, or --sink NAME for one), or, for a "
+    "sink built in code, from Python, with the sink opened "
+    "(sink.open(fanout.SinkContext(pipeline))), by sink.lift_epoch_fence('p', 1); then "
+    "restart that checkpoint"
+)
+"""How the core's refusals and warnings say to lift the fence of pipeline p's epoch 1."""
+
+
 class Lands(Fencing):
     """A :class:`Fencing` that the replaced query's write in flight reaches after its first
     answer: it holds ``lands`` from its second question on (the batch committed between
@@ -727,14 +737,14 @@ def test_a_fence_that_does_not_answer_in_time_is_not_lifted_and_the_refusal_says
         ("fence", "b", "1"),
         ("lift", "a", "1"),
     ]
-    assert str(refused.value).endswith(
+    assert str(refused.value) == (
+        "sink 'b': could not close epoch 0 to its writes still in flight within its "
+        "write_timeout_s=0.2 s (fence_earlier_epochs() did not return): epoch 1 does not "
+        "start, since a task of the replaced query could then commit a batch the new epoch "
+        "reads again. Find what holds the sink's target (a transaction of that query left "
+        "open, a stalled connection) and restart the query, or raise write_timeout_s. "
         "The fence may still complete (it was not lifted, since a lift could be overtaken by "
-        "it): a restart of epoch 0's checkpoint may then be refused by the sink; lift it "
-        "with `fanout ledger lift-fence --config PIPELINE.toml --epoch 1` (PIPELINE.toml: the "
-        "pipeline's file; every sink of it that fences, or --sink NAME for one), or, for a "
-        "sink built in code, from Python, with the sink opened "
-        "(sink.open(fanout.SinkContext(pipeline))), by sink.lift_epoch_fence('p', 1); then "
-        "restart that checkpoint"
+        "it): a restart of epoch 0's checkpoint may then be refused by the sink; " + LIFT_BY_HAND
     )
 
 
@@ -748,11 +758,11 @@ def test_a_fence_still_running_when_its_wait_is_interrupted_is_not_lifted(
     fence had returned (raised) or was still running."""
     import threading
 
-    import fanout.steps.unmarked as unmarked
+    import fanout.steps.unmarked.epoch_fence as epoch_fence
 
     gate = threading.Event()
     log: list[tuple[str, ...]] = []
-    real = unmarked.bounded
+    real = epoch_fence.bounded
 
     class Hangs(Fencing):
         def fence_earlier_epochs(self, pipeline: str, epoch: int) -> None:
@@ -767,7 +777,7 @@ def test_a_fence_still_running_when_its_wait_is_interrupted_is_not_lifted(
             gate.wait(0.01)
         raise KeyboardInterrupt  # the wait for it interrupted
 
-    monkeypatch.setattr(unmarked, "bounded", interrupted)
+    monkeypatch.setattr(epoch_fence, "bounded", interrupted)
     ledger = _ledger({"a": 2, "b": 2})
     sinks = {"a": Fencing("a", log, set()), "b": Hangs("b", log, set())}
     try:
@@ -784,11 +794,14 @@ def test_a_fence_still_running_when_its_wait_is_interrupted_is_not_lifted(
     ]
 
 
-def test_a_refused_start_leaves_the_fences_of_the_epoch_another_query_started_meanwhile() -> None:
+def test_a_refused_start_leaves_the_fences_of_the_epoch_another_query_started_meanwhile(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Two new checkpoints (or one started twice) starting the same epoch at once: the
     other's start passes and is committed while this one is asked (or this one's question
     fails, or finds a batch); this one's refusal must not lift the replaced epoch's fence
-    the other, now running that epoch, relies on against the replaced query's stragglers."""
+    the other, now running that epoch, relies on against the replaced query's stragglers.
+    The warning that the fences stay is said word for word."""
     log: list[tuple[str, ...]] = []
     ledger = _ledger({"a": 2})
 
@@ -797,9 +810,45 @@ def test_a_refused_start_leaves_the_fences_of_the_epoch_another_query_started_me
             super().fence_earlier_epochs(pipeline, epoch)
             ledger.start_epoch(LedgerEntry("p", "*", 0, "epoch", query_id="other", epoch=1))
 
-    with pytest.raises(UnmarkedBatchError):
+    with caplog.at_level(logging.WARNING, logger="fanout"), pytest.raises(UnmarkedBatchError):
         refuse_unmarked(INFO, ledger, {"a": StartedMeanwhile("a", log, {3})})
     assert log == [("holds", "a", "0/3"), ("fence", "a", "1"), ("holds", "a", "0/3")]
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline p: epoch 1's start was refused; the sinks' fences closing epoch 0 to writes "
+        "still in flight stay (another query started epoch 1 meanwhile and relies on them). "
+        "A restart of epoch 0's checkpoint is refused by those sinks; each refusal says how "
+        "to lift its fence by hand"
+    ]
+
+
+def test_a_lift_that_fails_is_logged_whole_and_the_refusal_stands(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A refused start whose lift raises: the refusal stands (the sink's batch, its lost
+    mark recorded), and the warning says, word for word, which fence stays and how to lift
+    it by hand."""
+    log: list[tuple[str, ...]] = []
+    ledger = _ledger({"b": 2})
+
+    class LiftFails(Lands):
+        def lift_epoch_fence(self, pipeline: str, epoch: int) -> None:
+            super().lift_epoch_fence(pipeline, epoch)
+            raise OSError("lift: target unreachable")
+
+    with caplog.at_level(logging.WARNING, logger="fanout"), pytest.raises(UnmarkedBatchError):
+        refuse_unmarked(INFO, ledger, {"b": LiftFails("b", log, {3})})
+    assert log == [
+        ("holds", "b", "0/3"),
+        ("fence", "b", "1"),
+        ("holds", "b", "0/3"),
+        ("lift", "b", "1"),
+    ]
+    assert [(e.sink, e.batch_id) for e in ledger.committed_entries("p", 3)] == [("b", 3)]
+    assert [r.getMessage() for r in caplog.records] == [
+        "pipeline p, sink b: epoch 1 was refused, but the fence closing epoch 0 to writes "
+        "still in flight could not be lifted (OSError: lift: target unreachable): a restart "
+        "of that epoch's checkpoint is refused by the sink until it is; " + LIFT_BY_HAND
+    ]
 
 
 def test_the_ledgers_own_refusal_is_read_after_the_first_question_and_before_the_fences(
