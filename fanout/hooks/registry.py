@@ -356,10 +356,13 @@ class Registry:
 
 
 def _without_pythons_hint(type_error: str) -> str:
-    """``type_error`` without the ``. Did you mean 'x'?`` CPython 3.13 ends it with (among
-    the constructor's parameters only): :func:`_did_you_mean` gives fanout's own, among the
-    core's options too, the one message on every Python."""
-    return re.sub(r"\. Did you mean '[^']*'\?$", "", type_error)
+    """``type_error`` without the ``. Did you mean 'x'?`` CPython 3.13 ends an unexpected
+    keyword argument's error with (among the constructor's parameters only):
+    :func:`_did_you_mean` gives fanout's own, among the core's options too, the one message
+    on every Python. Any other ``TypeError`` a constructor raises is kept whole."""
+    return re.sub(
+        r"(unexpected keyword argument '[^']+')\. Did you mean '[^']*'\?$", r"\1", type_error
+    )
 
 
 def _did_you_mean(type_error: str, valid: list[str]) -> str:

@@ -42,10 +42,6 @@ _shared: weakref.WeakValueDictionary[tuple[str, str], AbandonedWrites] = (
 )
 _shared_lock = threading.Lock()
 
-_AT_SHUTDOWN = "at interpreter shutdown"
-"""In CPython's error for a thread started once the exit began, on 3.12.0 to 3.12.2 from
-``atexit`` callbacks too (python/cpython#113964; 3.11 and 3.12.3 on allow it there)."""
-
 CLOSE_WAIT_S = 10.0
 """How long :meth:`fanout.FanOut.close` waits for abandoned writes still running (their
 Python code, or their cancelled Spark tasks: :data:`~fanout.steps.cores.TASKS_END_S`)."""
@@ -63,10 +59,7 @@ class BoundedCall:
     @classmethod
     def run(cls, call: Callable[[], Any], timeout_s: float, name: str) -> BoundedCall:
         """Start ``call`` in a new daemon thread named ``name`` (a call that never returns
-        must not keep the interpreter from exiting) and wait up to ``timeout_s`` for it.
-        Where no thread may start as the interpreter exits (an ``atexit`` callback on
-        CPython 3.12.0 to 3.12.2, as a ``FanOut``'s close at its process's exit),
-        ``call`` runs here, unbounded: the process is ending, and the call is done."""
+        must not keep the interpreter from exiting) and wait up to ``timeout_s`` for it."""
         bounded = cls()
 
         def run() -> None:
@@ -77,12 +70,7 @@ class BoundedCall:
             finally:
                 bounded.done.set()
 
-        try:
-            threading.Thread(target=run, name=name, daemon=True).start()
-        except RuntimeError as exc:
-            if _AT_SHUTDOWN not in str(exc):  # another (no thread left): raised as before
-                raise
-            run()
+        threading.Thread(target=run, name=name, daemon=True).start()
         bounded.done.wait(timeout_s)
         return bounded
 

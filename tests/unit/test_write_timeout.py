@@ -27,7 +27,7 @@ from fanout.contract.batch import Batch, BatchInfo
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, SinkSpec, lag_policy, write_timeouts
 from fanout.steps.lag_state import Reopening
-from fanout.steps.timeout import BoundedCall, WriteClaim
+from fanout.steps.timeout import WriteClaim
 from tests.unit.fakes import SchemaFrame, ScriptedSink
 
 
@@ -870,35 +870,3 @@ def test_a_write_ended_before_it_is_given_up_keeps_its_own_outcome() -> None:
     assert timed.outcome() is failed
     assert reported == []
     assert abandoned._writes == {}
-
-
-@pytest.mark.parametrize(
-    ("message", "runs_here"),
-    [("can't create new thread at interpreter shutdown", True), ("can't start new thread", False)],
-    ids=["at-exit", "no-thread-left"],
-)
-def test_a_bounded_call_where_no_thread_may_start_at_exit_runs_in_the_calling_thread(
-    monkeypatch: pytest.MonkeyPatch, message: str, runs_here: bool
-) -> None:
-    """CPython 3.12.0 to 3.12.2 start no thread in an ``atexit`` callback (where a built
-    ``FanOut`` closes its sinks: a timed sink's close is a :class:`BoundedCall`): the call
-    runs in the calling thread. Any other failure to start a thread is raised as before."""
-    ran_in: list[str] = []
-
-    def refuse(self: threading.Thread) -> None:
-        raise RuntimeError(message)
-
-    monkeypatch.setattr(threading.Thread, "start", refuse)
-
-    def close() -> str:
-        ran_in.append(threading.current_thread().name)
-        return "closed"
-
-    if not runs_here:
-        with pytest.raises(RuntimeError, match="^can't start new thread$"):
-            BoundedCall.run(close, 5.0, "fanout-p-s-close")
-        assert ran_in == []
-        return
-    bounded = BoundedCall.run(close, 5.0, "fanout-p-s-close")
-    assert bounded.done.is_set() and bounded.outcome() == "closed"
-    assert ran_in == [threading.current_thread().name]
