@@ -346,12 +346,23 @@ class Registry:
             sink = sink_class(name=name, **options)
         except TypeError as exc:
             valid = option_names(sink_class)  # a misspelt option of fanout's ends here too
-            hint = _did_you_mean(str(exc), [*valid, *CORE_OPTIONS])
+            text = _without_pythons_hint(str(exc))
+            hint = _did_you_mean(text, [*valid, *CORE_OPTIONS])
             raise ConfigurationError(
-                f"sink {name!r} (type {type_name!r}): {exc}{hint}; "
+                f"sink {name!r} (type {type_name!r}): {text}{hint}; "
                 f"valid options: {', '.join(valid)}"
             ) from exc
         return _checked(sink, f"sink {name!r} (type {type_name!r})")
+
+
+def _without_pythons_hint(type_error: str) -> str:
+    """``type_error`` without the ``. Did you mean 'x'?`` CPython 3.13 ends an unexpected
+    keyword argument's error with (among the constructor's parameters only):
+    :func:`_did_you_mean` gives fanout's own, among the core's options too, the one message
+    on every Python. Any other ``TypeError`` a constructor raises is kept whole."""
+    return re.sub(
+        r"(unexpected keyword argument '[^']+')\. Did you mean '[^']*'\?$", r"\1", type_error
+    )
 
 
 def _did_you_mean(type_error: str, valid: list[str]) -> str:

@@ -18,6 +18,7 @@ from fanout import BatchFailedError, FanOut, FanoutError, StopRequestedError
 from fanout.contract.batch import Batch
 from fanout.contract.sink import SinkResult
 from fanout.errors import SinkWriteError
+from fanout.sink_spec import LagPolicy, SinkSpec
 from fanout.testing import RecordingSink
 from tests.unit.fakes import FakeFrame
 
@@ -91,14 +92,36 @@ def test_the_users_own_fan_out_stays_open_when_a_batch_fails(tmp_path: Path) -> 
     assert sink.closes == 1
 
 
+@pytest.mark.parametrize(
+    "timed",
+    [
+        False,
+        pytest.param(
+            True,
+            marks=pytest.mark.xfail(
+                (3, 12, 0) <= sys.version_info[:3] <= (3, 12, 2),
+                reason="CPython 3.12.0-3.12.2 start no thread in an atexit callback "
+                "(python/cpython#113964): a timed sink's bounded close fails there, logged",
+                strict=True,
+            ),
+        ),
+    ],
+    ids=["no-timeout", "write_timeout_s"],
+)
 def test_the_fan_out_built_from_its_pickle_is_closed_as_its_process_exits(
-    tmp_path: Path,
+    tmp_path: Path, timed: bool
 ) -> None:
     """A real subprocess builds it from its pickle, writes a batch and exits normally (the
     Connect server's foreachBatch process does when the server closes its socket): the
-    sink was closed once, at exit."""
+    sink was closed once, at exit. A sink with ``write_timeout_s`` too, whose close runs in
+    a thread of its own (:class:`fanout.steps.timeout.BoundedCall`), bounded: CPython 3.12.0
+    to 3.12.2 start no thread in an ``atexit`` callback, and there the close fails, logged,
+    rather than run unbounded where a hung target would hang the exit."""
     note = tmp_path / "closed.txt"
-    fan = FanOut("closing", str(tmp_path / "ledger"), [ClosingSink("rec", note=str(note))])
+    sink: ClosingSink | SinkSpec = ClosingSink("rec", note=str(note))
+    if timed:
+        sink = SinkSpec(sink, lag=LagPolicy("lag", write_timeout_s=30))
+    fan = FanOut("closing", str(tmp_path / "ledger"), [sink], spool=str(tmp_path / "spool"))
     fan.close()
     note.unlink()  # the client's own close
     pickled = tmp_path / "fan.pickle"
