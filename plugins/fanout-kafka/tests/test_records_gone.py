@@ -33,14 +33,20 @@ def _sink(kafka: Broker, topic: str, create: bool = True) -> dict[str, Any]:
 
 
 def _write(kafka: Broker, topic: str, pipeline: str, spark: Any, batch_id: int,
-           tmp_path: Path, planned: int, *plugins: object, create: bool = True,
+           tmp_path: Path, planned: dict[int, int], *plugins: object, create: bool = True,
            **options: Any) -> None:  # fmt: skip
-    """Write batch ``batch_id`` (keys ``10 * batch_id`` + 0..2), planned at ``planned``, to
-    ``topic`` through sink ``k`` (two partitions), with a FanOut built for it, then close."""
+    """Write batch ``batch_id`` (keys ``10 * batch_id`` + 0..2) to ``topic`` through sink
+    ``k`` (two partitions), with a FanOut built for it, then close. ``planned`` holds the
+    planning time of each batch written before: a batch in it is a replay (Spark keeps its
+    first attempt's ``batchTimestampMs``); one not in it is stamped after its FanOut is built,
+    as Spark stamps a batch its run plans (fanout.steps.replay), and added."""
     fan = FanOut(pipeline, str(tmp_path / "ledger"), [_sink(kafka, topic, create)],
                  retries=0, plugins=plugins, **options)  # fmt: skip
+    # stamped after the FanOut's birth: one taken before reads as a replay whenever a
+    # millisecond ticks in between (a CI failure on a slow machine)
+    when = planned.setdefault(batch_id, _now())
     info = BatchInfo(pipeline, batch_id, "query-1", [{"src": {"0": batch_id + 1}}],
-                     batch_timestamp_ms=planned)  # fmt: skip
+                     batch_timestamp_ms=when)  # fmt: skip
     try:
         fan.process(spark.createDataFrame([(batch_id * 10 + n,) for n in range(3)], "id BIGINT"),
                     info)  # fmt: skip
@@ -65,8 +71,8 @@ def test_markers_deleted_after_an_unmarked_batch_refuse_its_replay(
     spark: Any, kafka: Broker, tmp_path: Path
 ) -> None:
     pipeline, topic = f"gonek{uuid.uuid4().hex[:6]}", f"gone-{uuid.uuid4().hex[:8]}"
-    _write(kafka, topic, pipeline, spark, 0, tmp_path, _now())
-    planned = _now()
+    planned: dict[int, int] = {}
+    _write(kafka, topic, pipeline, spark, 0, tmp_path, planned)
     with pytest.raises(DriverKilled):
         _write(kafka, topic, pipeline, spark, 1, tmp_path, planned, DieAfterWrite("k", 1))
     written = {"0": 1, "1": 1, "2": 1, "10": 1, "11": 1, "12": 1}
@@ -93,7 +99,7 @@ def test_markers_deleted_after_an_unmarked_batch_refuse_its_replay(
     ledger.open()
     skip_batches(ledger, pipeline, "k", 1, 0)
     _write(kafka, topic, pipeline, spark, 1, tmp_path, planned)  # the replay skips k
-    _write(kafka, topic, pipeline, spark, 2, tmp_path, _now())
+    _write(kafka, topic, pipeline, spark, 2, tmp_path, planned)
     after = {**written, "20": 1, "21": 1, "22": 1}
     assert key_counts(read_topic(kafka.bootstrap, topic, 9, timeout=15, idle=3.0)) == after
 
@@ -106,7 +112,7 @@ def test_a_pipelines_first_batch_replayed_on_a_topic_created_beforehand_is_writt
     never existed): the replay of the first batch is written, once."""
     pipeline, topic = f"firstk{uuid.uuid4().hex[:6]}", f"first-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap, topic, 2)
-    planned = _now()
+    planned: dict[int, int] = {}
     with pytest.raises(DriverKilled):
         _write(
             kafka, topic, pipeline, spark, 0, tmp_path, planned, DieBeforeWrites(0), create=False
@@ -122,7 +128,7 @@ def test_records_gone_only_where_holds_batch_cannot_tell(
     spark: Any, kafka: Broker, tmp_path: Path
 ) -> None:
     pipeline, topic = f"hookk{uuid.uuid4().hex[:6]}", f"hook-{uuid.uuid4().hex[:8]}"
-    _write(kafka, topic, pipeline, spark, 0, tmp_path, _now())
+    _write(kafka, topic, pipeline, spark, 0, tmp_path, {})
     fan = FanOut(pipeline, str(tmp_path / "ledger"), [_sink(kafka, topic)], retries=0)
     sink = fan.sinks["k"]
     try:
