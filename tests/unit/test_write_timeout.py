@@ -248,21 +248,26 @@ def test_a_slow_catch_up_write_gets_twice_the_time_after_each_abandoned_one(
     tmp_path: Path,
 ) -> None:
     slow = ScriptedSink("slow", always_fail=SinkWriteError("refused", sink="slow"))
-    fan = _fan(tmp_path, slow, 0.6)  # margins of 0.3 s: the test ran under load 15
+    fan = _fan(tmp_path, slow, 1.0)
     _read_from(fan, {0: SchemaFrame([1, 2])})
     fan.catchup.stop()  # the test drives the catch-up
+    # the first catch-up write waits for ``first_ends`` (abandoned whatever the load); the
+    # second takes 1.1 s: more than the 1 s it would get again, 0.9 s less than twice that
+    first_ends = threading.Event()
+    writes = iter([lambda: first_ends.wait(30), lambda: time.sleep(1.1)])
     try:
         fan.process(SchemaFrame([1, 2]), BatchInfo("timed", 0, "q"))  # fails at once: lags
-        slow.always_fail, slow.on_write = None, lambda batch: time.sleep(0.9)  # back, slow
-        assert fan.catch_up(timeout_s=10)["slow"].state == "lagging"  # 0.6 s: abandoned
-        lags = fan.catch_up(timeout_s=10)  # waits for that write to end, then 1.2 s: written
+        slow.always_fail, slow.on_write = None, lambda batch: next(writes)()  # back, slow
+        assert fan.catch_up(timeout_s=10)["slow"].state == "lagging"  # 1 s: abandoned
+        first_ends.set()
+        lags = fan.catch_up(timeout_s=10)  # waits for that write to end, then 2 s: written
         assert [lags["slow"].state, slow.calls] == ["live", [(0, 1), (0, 1), (0, 1)]]
         assert fan.ledger.last_committed("timed", ["slow"]) == {"slow": 0}
         errors = [e.error for e in fan.ledger.entries if e.status == "failed"]  # type: ignore[attr-defined]
         assert len(errors) == 2 and errors[1] is not None
         assert errors[1].startswith(
             "SinkTimeoutError: sink 'slow', batch 0: write did not return within its "
-            "write_timeout_s=0.6 s (all attempts together; now at attempt 1)"
+            "write_timeout_s=1 s (all attempts together; now at attempt 1)"
         )
         assert fan.catch_up(timeout_s=1)["slow"].state == "live"
     finally:
