@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -228,19 +229,33 @@ def test_status_watch_checks_the_spool_once(
 
 def test_status_watch_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     path = _ledger(tmp_path / "ledger")
+    # faulthandler: a child that hangs prints every thread's stack on SIGABRT (below)
+    command = ["-X", "faulthandler", "-m", "fanout.app.cli", "status", "--ledger", path]
     child = subprocess.Popen(
-        [sys.executable, "-m", "fanout.app.cli", "status", "--ledger", path, "--watch"],
+        [sys.executable, *command, "--watch"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         bufsize=0,  # read the first line without reading ahead
     )
     assert child.stdout is not None and child.stderr is not None
-    first = child.stdout.readline().decode()
-    assert first.startswith(f"fanout status --ledger {path}: ")
-    while not child.stdout.readline().endswith(b"at least 1m)\n"):
-        pass  # the first table, whole, with its newest marks (orders_to_everywhere's last)
+    # a child that never draws is killed, so the reads below end (at its output's end)
+    # instead of waiting for pytest-timeout with nothing said (a loaded machine once did)
+    watchdog = threading.Timer(120, child.kill)
+    watchdog.start()
+    try:
+        first = child.stdout.readline().decode()
+        assert first.startswith(f"fanout status --ledger {path}: "), child.stderr.read()
+        while not (line := child.stdout.readline()).endswith(b"at least 1m)\n"):
+            # the first table, whole, with its newest marks (orders_to_everywhere's last)
+            assert line, f"the status ended before its first table: {child.stderr.read()!r}"
+    finally:
+        watchdog.cancel()
     child.send_signal(signal.SIGINT)  # what Ctrl-C sends, during the 5 s wait
-    out, err = child.communicate(timeout=60)
+    try:
+        out, err = child.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGABRT)
+        pytest.fail(f"still running 60 s after Ctrl-C; its threads: {child.communicate()[1]!r}")
     assert child.returncode == 0, err
     assert (out, err) == (b"\n", b"")  # one newline after ^C, no traceback
 
