@@ -4,7 +4,7 @@ loop with a fake producer."""
 
 from __future__ import annotations
 
-import time
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -40,18 +40,21 @@ def test_another_error_raises_at_once() -> None:
 
 
 def test_the_callers_timeout_bounds_the_slices(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(producer_init, "SLICE_S", 0.02)
+    """On a clock of the test's own (each call waits its whole slice, as librdkafka does
+    when it times out): exactly four slices of 0.25 s in a 1 s timeout, then the timeout
+    raises. A loaded machine's sleeps made the wall-clock version count 2 to 6."""
+    monkeypatch.setattr(producer_init, "SLICE_S", 0.25)
+    clock = SimpleNamespace(now=100.0)
+    monkeypatch.setattr(producer_init, "time", SimpleNamespace(monotonic=lambda: clock.now))
     producer = FakeProducer([KafkaError._TIMED_OUT] * 1000)
 
     def slow_init(timeout: float) -> None:
-        time.sleep(timeout)
+        clock.now += timeout
         FakeProducer.init_transactions(producer, timeout)
 
     producer.init_transactions = slow_init  # type: ignore[method-assign]
-    started = time.monotonic()
     with pytest.raises(KafkaException) as raised:
-        init_transactions(producer, 0.1)
+        init_transactions(producer, 1.0)
     assert raised.value.args[0].code() == KafkaError._TIMED_OUT
-    assert time.monotonic() - started < 0.5
-    assert 3 <= len(producer.timeouts) <= 6
-    assert all(t <= 0.02 + 1e-9 for t in producer.timeouts)
+    assert producer.timeouts == [0.25] * 4
+    assert clock.now == 101.0
