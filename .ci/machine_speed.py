@@ -1,6 +1,6 @@
 """Print how fast this machine runs a fixed piece of Python work, so a CI time can be read
-against the machine it ran on (the same suite took 1189 s and 2522 s on machines differing
-only in this).
+against the machine it ran on (the same suite took 1189 s on one machine and 1748 s on one
+~1.5x slower, nothing else running; nothing in the log told them apart).
 
 The work: a pure-Python loop and a SHA-256 over a fixed buffer, timed once alone and once
 in two processes at the same time (CI runs two pytest workers on two cores: a machine that
