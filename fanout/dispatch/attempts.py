@@ -1,5 +1,5 @@
 """Which attempt of a batch this is, and step 3c, the refusal of a replayed batch a sink
-cannot prove it holds (docs/architecture.md §4, "Refused before writing", and
+cannot prove it holds (docs/architecture.md §4, "Refused batches", and
 docs/proposals/replay-detection.md)."""
 
 from __future__ import annotations

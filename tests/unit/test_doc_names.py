@@ -124,3 +124,54 @@ def test_every_part_the_code_cites_is_listed() -> None:
                 page,
                 sorted(where),
             )
+
+
+TITLED = re.compile(r'§(\d+(?:\.\d+)?),?\s+"([^"]{3,120})"')
+"""A part cited with the title of one of its paragraphs: ``§5, "A batch written but never
+marked"`` (a bold or italic lead, or a heading, on that part's page)."""
+
+
+def _plain(text: str) -> str:
+    """``text`` with code marks dropped and its lines joined, as a title is compared."""
+    return " ".join(text.replace("`", "").split())
+
+
+def _titled_citations() -> list[tuple[str, str, str]]:
+    """Each (file, part, title) cited under the code's folders, in docs and the README."""
+    files = [ROOT / "README.md"] + [
+        path
+        for folder in ("fanout", "plugins", "tests", "bench", "examples", "docs")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.suffix in (".py", ".md") and ".venv" not in path.parts
+    ]
+    found = []
+    for path in files:
+        # a title wrapped over comment or docstring lines reads as one line
+        text = re.sub(r"\n\s*(?:#\s*)?", " ", path.read_text(errors="replace"))
+        for number, title in TITLED.findall(text):
+            found.append((str(path.relative_to(ROOT)), number, title))
+    return found
+
+
+def test_every_paragraph_title_a_citation_quotes_is_on_its_parts_page() -> None:
+    """A title quoted after a part (``§5, "A target lost behind fanout's back"``) is found
+    on that part's page, or for a part with parts of its own (8: 8.1-8.3) on theirs: a
+    paragraph renamed or moved leaves no citation pointing at nothing."""
+    listed = parts()
+    texts = {number: _plain((ROOT / page).read_text()) for number, page in listed.items()}
+    citations = _titled_citations()
+    assert len(citations) > 100
+    missing = []
+    for where, number, title in citations:
+        major = number.split(".")[0]
+        pages = [t for n, t in texts.items() if n in (number, major) or n.startswith(f"{number}.")]
+        if not any(_plain(title) in text for text in pages):
+            missing.append((where, number, title))
+    assert missing == []
+
+
+def test_a_paragraph_title_no_page_holds_is_found() -> None:
+    text = "(docs/architecture.md §" + '5, "A checkpoint\n    # lost on a Tuesday")'
+    ((number, title),) = TITLED.findall(re.sub(r"\n\s*(?:#\s*)?", " ", text))
+    assert (number, title) == ("5", "A checkpoint lost on a Tuesday")
+    assert title not in _plain((ROOT / parts()["5"]).read_text())
