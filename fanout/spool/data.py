@@ -164,6 +164,8 @@ def unfilled_columns(table: DeltaTable, schema: pa.Schema) -> list[str]:
 
 
 def with_partition_columns(arrow: pa.Table, pipeline: str, info: BatchInfo) -> pa.Table:
+    """``arrow`` (a batch's rows) with the data table's partition columns appended; a
+    :class:`fanout.SpoolError` when the batch has a column of a name the spool reserves."""
     import pyarrow as pa
 
     clash = [c for c in RESERVED_COLUMNS if c in arrow.column_names]
@@ -267,7 +269,7 @@ def _spooling_stats(
         )
     except Exception:
         again = open_table(data_path, storage_options)
-        if again is None or again.metadata().configuration.get(STATS_PROPERTY) != (SPOOLING_COLUMN):
+        if again is None or again.metadata().configuration.get(STATS_PROPERTY) != SPOOLING_COLUMN:
             raise
         return again  # another instance set it meanwhile
     return table

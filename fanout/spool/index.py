@@ -215,6 +215,7 @@ def batches_of_index(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Spoole
 
 
 def from_index_row(row: Mapping[str, Any]) -> SpooledBatch:
+    """The batch one index row (as a dict) says, for the one sink it names."""
     return SpooledBatch(
         pipeline=row["pipeline"],
         epoch=int(row["epoch"]),
