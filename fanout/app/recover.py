@@ -51,7 +51,7 @@ from fanout.errors import FanoutError, batch_ranges
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
 from fanout.ledger.gaps import skip_command
-from fanout.spool.table import SpooledBatch
+from fanout.spool.index import SpooledBatch
 from fanout.steps.guard import latest_per_sink
 from fanout.steps.guard_text import (
     SinkMarks,

@@ -37,7 +37,7 @@ from fanout.ledger.gaps import held_by_skip, mark_weight, release_command, says_
 
 if TYPE_CHECKING:
     from fanout.ledger.delta import DeltaLedger
-    from fanout.spool.table import SpooledBatch
+    from fanout.spool.index import SpooledBatch
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def report(
     holds rows of others (a typo, most likely; the error names them; not with ``sinks``,
     which come with the name from the same file), and
     :class:`fanout.ConfigurationError` for a ``spool`` path holding no spool (nothing is
-    created there; :func:`fanout.spool.table.existing_index`), unless ``spool_checked``
+    created there; :func:`fanout.spool.index.existing_index`), unless ``spool_checked``
     says the caller made that check already (``--watch`` makes it once, not at every
     redraw).
     """
@@ -218,9 +218,9 @@ def _mark_json(marks: Mapping[str, NewestMark], status: SinkStatus) -> dict[str,
 def _index_entries(spool: str, pipeline: str | None, checked: bool) -> list[dict[str, Any]] | None:
     """The rows of the index of the spool at ``spool`` (``None``: no index), from one open
     and one read of it per draw; unless ``checked``, a path holding no spool raises
-    (:func:`fanout.spool.table.existing_index`: a mistyped path is not an empty spool)."""
+    (:func:`fanout.spool.index.existing_index`: a mistyped path is not an empty spool)."""
     from fanout.delta_tables.io import read_arrow
-    from fanout.spool.table import existing_index, open_index
+    from fanout.spool.index import existing_index, open_index
 
     index = open_index(spool) if checked else existing_index(spool, pipeline)
     return None if index is None else read_arrow(index).to_pylist()
@@ -280,7 +280,7 @@ def spool_backlogs(
     pipeline's current one, and not settled by the ledger and the spool
     (:func:`fanout.spool.settled.settled_on_record`, as the catch-up judges them).
     ``entries``: the rows of the spool's index."""
-    from fanout.spool.table import batches_of_index
+    from fanout.spool.index import batches_of_index
 
     marks: dict[tuple[str, str, int], int] = {}
     epochs: dict[str, int] = {}

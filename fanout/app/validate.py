@@ -139,7 +139,8 @@ def _spooled_check(checks: list[Check], config: PipelineConfig, specs: dict[str,
     them): read only; a spool not made yet has nothing to check."""
     from fanout.errors import LedgerError, SpoolError
     from fanout.ledger.delta import DeltaLedger
-    from fanout.spool.table import BatchKey, Spool, open_index
+    from fanout.spool.index import BatchKey, open_index
+    from fanout.spool.table import Spool
     from fanout.steps.lag_steps import check_spooled_sinks
 
     spool = Spool(str(config.spool), config.name)
@@ -170,7 +171,7 @@ def _lag_checks(checks: list[Check], config: PipelineConfig, specs: dict[str, An
     sink that can give back its batches."""
     from fanout.contract.locations import shown_location
     from fanout.errors import SpoolError
-    from fanout.spool.table import open_index
+    from fanout.spool.index import open_index
     from fanout.steps.lag_steps import backfill_sources, check_spool
 
     spool = _check(checks, f"spool {config.spool}: set for the sinks that lag or backfill",

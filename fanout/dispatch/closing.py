@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from fanout.contract.sink import Sink
 from fanout.observe.logs import batch_fields
 from fanout.sink_spec import SinkSpec, write_timeout
-from fanout.spool.table import BatchKey
+from fanout.spool.index import BatchKey
 from fanout.steps.catchup import CatchUp
 from fanout.steps.lag import Lagging
 from fanout.steps.lag_state import Opening

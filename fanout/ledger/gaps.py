@@ -42,7 +42,8 @@ from fanout.errors import ConfigurationError, SinkRecordsGoneError, batch_ranges
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 
 if TYPE_CHECKING:
-    from fanout.spool.table import BatchKey, Spool
+    from fanout.spool.index import BatchKey
+    from fanout.spool.table import Spool
 
 SKIPPED = "skipped"
 """How the ``error`` column of a skip's mark begins."""

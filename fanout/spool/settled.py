@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fanout.spool.table import BatchKey, SpooledBatch
+    from fanout.spool.index import BatchKey, SpooledBatch
 
 
 def party_of(batch: SpooledBatch | None, marked: Iterable[str]) -> frozenset[str]:

@@ -43,7 +43,7 @@ from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, EarlierOf, TargetOf
 from fanout.sink_spec import SinkSpec, write_timeout
-from fanout.spool.table import BatchKey
+from fanout.spool.index import BatchKey
 from fanout.steps.catchup_read import CatchUpReader
 from fanout.steps.lag import Backlog, Lagging
 from fanout.steps.record import Recorder

@@ -19,7 +19,7 @@ from fanout.ledger.gaps import skip_command
 from fanout.observe.logs import batch_fields
 from fanout.routes.batch_routes import TargetOf
 from fanout.sink_spec import SinkSpec
-from fanout.spool.table import BatchKey
+from fanout.spool.index import BatchKey
 from fanout.steps.lag import Lagging
 
 log = logging.getLogger("fanout")

@@ -35,8 +35,9 @@ from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
 from fanout.ledger.gaps import entry_weight, held_by_skip, is_skip
 from fanout.observe.secrets import masked_error, redact_printed
 from fanout.sink_spec import SinkSpec, write_timeout
+from fanout.spool.index import BatchKey, SpooledBatch
 from fanout.spool.settled import every_sink_holds, settled_on_record
-from fanout.spool.table import BatchKey, Spool, SpooledBatch
+from fanout.spool.table import Spool
 from fanout.steps.context import read_file_directly
 from fanout.steps.lag_state import (
     Held,

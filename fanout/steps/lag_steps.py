@@ -29,15 +29,9 @@ from fanout.ledger.gaps import release_command, status_command
 from fanout.observe.logs import batch_fields
 from fanout.observe.secrets import redact_printed
 from fanout.sink_spec import SinkSpec
-from fanout.spool.table import (
-    BATCH_COLUMN,
-    EPOCH_COLUMN,
-    PIPELINE_COLUMN,
-    SPOOLING_COLUMN,
-    BatchKey,
-    Spool,
-    SpooledBatch,
-)
+from fanout.spool.data import BATCH_COLUMN, EPOCH_COLUMN, PIPELINE_COLUMN, SPOOLING_COLUMN
+from fanout.spool.index import BatchKey, SpooledBatch
+from fanout.spool.table import Spool
 from fanout.steps.catchup import CatchUp
 from fanout.steps.lag import Backlog, Lagging, over_limit, sinks_in
 from fanout.steps.record import Recorder
@@ -375,7 +369,7 @@ def spool_for_lagging(
 def may_hold(state: BatchState, lagging: Lagging, sinks: Collection[str]) -> frozenset[str]:
     """The sinks of ``sinks`` (the batch is spooled for them) that the earlier attempt of a
     doubted replay (:attr:`fanout.steps.state.BatchState.doubted`) could have written it to,
-    recorded as such in the spool (:attr:`fanout.spool.table.SpooledBatch.replayed`): each
+    recorded as such in the spool (:attr:`fanout.spool.index.SpooledBatch.replayed`): each
     whose mark in the batch's epoch is at or past the batch before it, or that has none
     there (no order to go by). A sink marked below that was behind at that attempt too
     (marks never move back), and a sink that is behind gets its batches in order, never
@@ -410,7 +404,7 @@ def _why_behind(error: BaseException) -> str:
 
 def party_of_batch(state: BatchState, lagging: Lagging, specs: Mapping[str, SinkSpec]) -> list[str]:
     """The sinks that take part in this batch, as the spool records them
-    (:attr:`fanout.spool.table.SpooledBatch.party`): every configured sink but one held back
+    (:attr:`fanout.spool.index.SpooledBatch.party`): every configured sink but one held back
     while it backfills. Such a sink gets the batch from its backfill source, whose own mark
     (or, if the source fails it and lags, the spool, for both) says whether the batch
     returned; it will never have a mark of its own to show, so counted, it would make a

@@ -9,7 +9,7 @@ next run no longer sees a replay: its catch-up would write the spooled batch wit
 sink unable to tell whether the attempt before wrote it. So a doubted replay
 (:func:`doubt`) is recorded in the spool's index for the sinks it is spooled for that the
 attempt before could have written (:func:`fanout.steps.lag_steps.may_hold`;
-:attr:`fanout.spool.table.SpooledBatch.replayed`, kept across runs), and so is a catch-up
+:attr:`fanout.spool.index.SpooledBatch.replayed`, kept across runs), and so is a catch-up
 write of a spooled batch before it begins (a process killed in it leaves the next run no
 replay to see: :meth:`fanout.steps.catchup.CatchUp._note_write`), and the catch-up (the
 thread, a drain, the final catch-up: every write of a reopened sink) asks the sink the
@@ -35,7 +35,7 @@ from fanout.ledger.entry import Ledger
 from fanout.ledger.gaps import release_command, skip_command
 from fanout.observe.secrets import redact
 from fanout.sink_spec import SinkSpec, write_timeouts
-from fanout.spool.table import SpooledBatch
+from fanout.spool.index import SpooledBatch
 from fanout.steps.lost_target import target_text
 from fanout.steps.replay import ReplayCheck, unproven_sinks
 from fanout.steps.state import BatchState

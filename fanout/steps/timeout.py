@@ -29,7 +29,7 @@ from fanout.contract.sessions import ThreadWrapper, is_connect, session_of
 from fanout.contract.sink import Sink
 from fanout.errors import SinkTimeoutError
 from fanout.observe.logs import batch_fields
-from fanout.spool.table import BatchKey
+from fanout.spool.index import BatchKey
 from fanout.steps.cores import TASKS_END_S, running_tasks, task_budget
 
 if TYPE_CHECKING:

@@ -18,16 +18,12 @@ from deltalake import DeltaTable, write_deltalake
 from fanout.contract.batch import BatchInfo
 from fanout.errors import SpoolError
 from fanout.ledger.entry import now_utc
-from fanout.spool.table import (
-    PARTITION_COLUMNS,
-    SHORT_LOG,
-    Spool,
-    SpooledBatch,
-    _with_partition_columns,
-)
+from fanout.spool.data import PARTITION_COLUMNS, with_partition_columns
+from fanout.spool.index import SHORT_LOG, SpooledBatch
+from fanout.spool.table import Spool
 from tests.unit.fakes import spooled_ids
 
-SPOOLING_COLUMN = "_fanout_spooling"  # fanout.spool.table's, named here to run on older code
+SPOOLING_COLUMN = "_fanout_spooling"  # fanout.spool.data's, named here to run on older code
 
 
 def _frame(spark: Any, ids: list[int]) -> Any:
@@ -101,7 +97,7 @@ def _old_spooling(spool: Spool, frame: Any, info: BatchInfo, sinks: set[str]) ->
     )
     write_deltalake(
         spool.data_path,
-        _with_partition_columns(rows, "pipe", info),
+        with_partition_columns(rows, "pipe", info),
         mode="append",
         partition_by=list(PARTITION_COLUMNS),
         schema_mode="merge",

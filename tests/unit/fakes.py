@@ -19,7 +19,9 @@ from deltalake import DeltaTable
 from fanout import Batch, Sink, SinkResult
 from fanout.delta_tables.io import read_arrow
 from fanout.ledger.entry import LedgerEntry
-from fanout.spool.table import BATCH_COLUMN, EPOCH_COLUMN, PIPELINE_COLUMN, BatchKey, Spool
+from fanout.spool.data import BATCH_COLUMN, EPOCH_COLUMN, PIPELINE_COLUMN
+from fanout.spool.index import BatchKey
+from fanout.spool.table import Spool
 from fanout.testing import ArrowFrame
 
 

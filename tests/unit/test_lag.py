@@ -233,7 +233,7 @@ def test_status_watch_opens_the_spool_index_once_per_draw(
 ) -> None:
     """The backlogs, the batches kept after a skip and the footer each opened (and read)
     the index again: three opens a draw, four at the first (its existence check)."""
-    import fanout.spool.table as spool_table
+    import fanout.spool.index as spool_index
     from fanout.app.cli import main
     from fanout.app.status import report
     from fanout.ledger.delta import DeltaLedger
@@ -241,7 +241,7 @@ def test_status_watch_opens_the_spool_index_once_per_draw(
     ledger, spool = DeltaLedger(str(tmp_path / "ledger")), str(tmp_path / "spool")
     _lagged_two_batches(ledger, spool)
     opened: list[str] = []
-    open_index = spool_table.open_index
+    open_index = spool_index.open_index
 
     def counted(path: str, *args: Any, **kwargs: Any) -> Any:
         opened.append(path)
@@ -250,10 +250,10 @@ def test_status_watch_opens_the_spool_index_once_per_draw(
     for pipeline in (["--pipeline", "lagged"], []):
         expected = report(ledger, pipeline[1] if pipeline else None, spool=spool)
         assert "lagging 2 batches" in expected and "(lagged): 2 batch(es)" in expected
-        monkeypatch.setattr(spool_table, "open_index", counted)
+        monkeypatch.setattr(spool_index, "open_index", counted)
         argv = ["status", "--ledger", ledger.path, "--spool", spool, *pipeline, "--watch"]
         assert main([*argv, "--count", "3", "--interval", "0"]) == 0
-        monkeypatch.setattr(spool_table, "open_index", open_index)
+        monkeypatch.setattr(spool_index, "open_index", open_index)
         assert opened == [spool] * 3, pipeline
         opened.clear()
         blocks = capsys.readouterr().out.split("\n\nfanout status --ledger ")
@@ -267,6 +267,7 @@ def test_status_watch_reads_the_spool_index_once_per_draw_footer_included(
     """The footer opened and read the index again (``Spool.open``, creating it if gone):
     two reads a draw. Every Delta open of the index counted, whichever module's."""
     import fanout.delta_tables.io as io
+    import fanout.spool.data as spool_data
     import fanout.spool.table as spool_table
     from fanout.app.cli import main
     from fanout.ledger.delta import DeltaLedger
@@ -286,6 +287,7 @@ def test_status_watch_reads_the_spool_index_once_per_draw_footer_included(
 
     monkeypatch.setattr(io, "open_table", counted)
     monkeypatch.setattr(spool_table, "open_table", counted)
+    monkeypatch.setattr(spool_data, "open_table", counted)
     for pipeline in (["--pipeline", "lagged"], []):
         argv = ["status", "--ledger", ledger.path, "--spool", spool, *pipeline, "--watch"]
         assert main([*argv, "--count", "2", "--interval", "0"]) == 0

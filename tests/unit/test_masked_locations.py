@@ -10,8 +10,9 @@ import pytest
 from fanout.contract.batch import BatchInfo
 from fanout.errors import ConfigurationError, SpoolError
 from fanout.ledger.delta import DeltaLedger
+from fanout.spool.index import existing_index
 from fanout.spool.refusals import spool_reset_message, spool_rollback_message
-from fanout.spool.table import Spool, existing_index
+from fanout.spool.table import Spool
 
 SECRET = "LongSecretPassw0rd"
 
@@ -42,9 +43,9 @@ def test_a_spool_whose_index_cannot_be_opened_names_its_location_masked_on_one_l
 
 
 def test_no_spool_at_a_location_names_it_masked(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fanout.spool.table as spool_table
+    import fanout.spool.index as spool_index
 
-    monkeypatch.setattr(spool_table, "open_index", lambda path, options=None: None)
+    monkeypatch.setattr(spool_index, "open_index", lambda path, options=None: None)
     with pytest.raises(ConfigurationError) as refused:
         existing_index(f"s3://KEY:{SECRET}@bucket/spool", "p")
     assert str(refused.value).startswith(

@@ -204,7 +204,7 @@ def test_a_sink_last_written_in_an_earlier_epoch_at_a_higher_batch_is_set_apart(
 
 
 def _spooled(batch: int, needed_by: set[str], party: set[str] | None) -> Any:
-    from fanout.spool.table import SpooledBatch
+    from fanout.spool.index import SpooledBatch
 
     return SpooledBatch(
         "orders", 0, batch, 2, "{}", datetime(2026, 1, 1, tzinfo=UTC), frozenset(needed_by),

@@ -29,12 +29,11 @@ from fanout.delta_tables.io import read_arrow
 from fanout.ledger.entry import now_utc
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
+from fanout.spool import data as spool_data
 from fanout.spool import table as spool_table
+from fanout.spool.data import with_partition_columns
 from fanout.spool.refusals import spool_reset_message
-from fanout.spool.table import (
-    Spool,
-    _with_partition_columns,
-)
+from fanout.spool.table import Spool
 from fanout.steps.lag import Lagging
 from tests.unit.fakes import SchemaFrame, ScriptedSink, committed, spooled_ids
 
@@ -276,7 +275,7 @@ def test_rows_without_an_index_row_that_every_lag_sink_holds_are_removed_at_star
     for b in (3, 4, 6):
         info = BatchInfo("pipe", b, "q1")
         spool._append_rows(
-            _with_partition_columns(SchemaFrame([b, b + 10]).table, "pipe", info), info
+            with_partition_columns(SchemaFrame([b, b + 10]).table, "pipe", info), info
         )
     spool.add(SchemaFrame([5]), BatchInfo("pipe", 5, "q1"), {"L"}, now_utc())
     ledger.mark_committed(committed("pipe", "L", 4, "q1"))
@@ -313,6 +312,7 @@ def test_a_spooling_loads_the_data_tables_log_once(
         return open_table(path, storage_options)
 
     monkeypatch.setattr(spool_table, "open_table", counted)
+    monkeypatch.setattr(spool_data, "open_table", counted)
     batch = spool.add(SchemaFrame([2, 3]), BatchInfo("pipe", 1, "q1"), {"L"}, now_utc())
     assert loads == [spool.data_path]  # was three: the rows' presence, the append, the size
     assert batch.size_bytes > 0 and batch.size_bytes == spool._sizes([(0, 1)])[(0, 1)]

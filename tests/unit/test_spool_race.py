@@ -15,12 +15,9 @@ from fanout.contract.batch import Batch, BatchInfo
 from fanout.contract.sink import Sink
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
-from fanout.spool.table import (
-    PIPELINE_COLUMN,
-    BatchKey,
-    Spool,
-    _with_partition_columns,
-)
+from fanout.spool.data import PIPELINE_COLUMN, with_partition_columns
+from fanout.spool.index import BatchKey
+from fanout.spool.table import Spool
 from fanout.steps.lag import Lagging
 from tests.unit.fakes import SchemaFrame, ScriptedSink, spooled_ids
 
@@ -78,7 +75,7 @@ def test_a_replayed_batch_whose_rows_are_spooled_is_not_spooled_twice(tmp_path: 
     spool = Spool(str(tmp_path / "spool"), "pipe")
     spool.open()
     # killed after the rows' commit and before the index's: the replay finds the rows
-    spool._append_rows(_with_partition_columns(frame.table, "pipe", info), info)
+    spool._append_rows(with_partition_columns(frame.table, "pipe", info), info)
     replay = Spool(str(tmp_path / "spool"), "pipe")
     replay.open()
     assert replay.batches() == []

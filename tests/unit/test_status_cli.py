@@ -204,6 +204,7 @@ def test_status_watch_checks_the_spool_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each redraw re-opened the spool's index only to check that it is there."""
+    import fanout.spool.index as spool_index
     import fanout.spool.table as spool_table
 
     path = _ledger(tmp_path / "ledger")
@@ -212,13 +213,13 @@ def test_status_watch_checks_the_spool_once(
     assert main(["status", "--ledger", path, "--spool", spool]) == 0
     table = capsys.readouterr().out
     checked: list[str] = []
-    existing_index = spool_table.existing_index
+    existing_index = spool_index.existing_index
 
     def counted(path: str, *args: Any, **kwargs: Any) -> Any:
         checked.append(path)
         return existing_index(path, *args, **kwargs)
 
-    monkeypatch.setattr(spool_table, "existing_index", counted)
+    monkeypatch.setattr(spool_index, "existing_index", counted)
     argv = ["status", "--ledger", path, "--spool", spool, "--watch", "--count", "3"]
     assert main([*argv, "--interval", "0"]) == 0
     assert checked == [spool]

@@ -215,7 +215,8 @@ def _print_backfill(where: str, target: CommandScope, given_up: tuple[int, ...])
 def _existing_spool(path: str, pipeline: str, named: str = "--spool") -> Spool:
     """The spool at ``path``, opened; a :class:`fanout.ConfigurationError` when there is
     none (a mistyped path must not pass for an empty spool)."""
-    from fanout.spool.table import Spool, existing_index
+    from fanout.spool.index import existing_index
+    from fanout.spool.table import Spool
 
     existing_index(path, pipeline, named=named)
     spool = Spool(path, pipeline)

@@ -166,7 +166,7 @@ def _built_sinks(config: Any) -> dict[str, Any]:
 
 def _spool_started(path: str, pipeline: str | None) -> bool:
     """Whether a run created the spool at ``path`` (its index table)."""
-    from fanout.spool.table import existing_index
+    from fanout.spool.index import existing_index
 
     try:
         existing_index(path, pipeline)
