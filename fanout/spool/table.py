@@ -370,9 +370,9 @@ class Spool:
                 f"{', '.join(sorted(sinks))} at {self._shown}: {type(exc).__name__}: "
                 + self._masked(exc)
             ) from exc
-        merged = self._merge(batch)
-        merged = self._batches[key] = replace(merged, size_bytes=size, files_read=True)
-        return merged
+        known = self._merge(batch)
+        known = self._batches[key] = replace(known, size_bytes=size, files_read=True)
+        return known
 
     def _arrow(self, df: Any, info: BatchInfo, arrow: Callable[[], pa.Table] | None) -> pa.Table:
         table = arrow() if arrow is not None else df.toArrow()
