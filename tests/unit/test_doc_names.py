@@ -97,15 +97,23 @@ def test_the_contents_table_lists_every_part_on_a_page_that_opens_with_it() -> N
     assert pages == {Path(page).name for page in listed.values()} - {"architecture.md"}
 
 
+def _citing_files() -> list[tuple[str, str]]:
+    """Each file that may cite the design (path from the repository's root, text): the
+    code's folders, the docs and the README."""
+    paths = [ROOT / "README.md"] + [
+        path
+        for folder in ("fanout", "plugins", "tests", "bench", "examples", "docs")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.suffix in (".py", ".md") and ".venv" not in path.parts
+    ]
+    return [(str(path.relative_to(ROOT)), path.read_text(errors="replace")) for path in paths]
+
+
 def _cited_parts() -> dict[str, set[str]]:
     cited: dict[str, set[str]] = {}
-    for folder in ("fanout", "plugins", "tests", "bench", "examples", "docs"):
-        for path in (ROOT / folder).rglob("*"):
-            if path.suffix in (".py", ".md") and ".venv" not in path.parts:
-                for number in CITED_PART.findall(path.read_text(errors="replace")):
-                    cited.setdefault(number, set()).add(str(path.relative_to(ROOT)))
-    for number in CITED_PART.findall((ROOT / "README.md").read_text()):
-        cited.setdefault(number, set()).add("README.md")
+    for where, text in _citing_files():
+        for number in CITED_PART.findall(text):
+            cited.setdefault(number, set()).add(where)
     return cited
 
 
@@ -136,21 +144,15 @@ def _plain(text: str) -> str:
     return " ".join(text.replace("`", "").split())
 
 
+def _titles_cited(text: str) -> list[tuple[str, str]]:
+    """Each (part, title) ``text`` cites; a title wrapped over comment or docstring lines
+    reads as one line."""
+    return TITLED.findall(re.sub(r"\n\s*(?:#\s*)?", " ", text))
+
+
 def _titled_citations() -> list[tuple[str, str, str]]:
     """Each (file, part, title) cited under the code's folders, in docs and the README."""
-    files = [ROOT / "README.md"] + [
-        path
-        for folder in ("fanout", "plugins", "tests", "bench", "examples", "docs")
-        for path in sorted((ROOT / folder).rglob("*"))
-        if path.suffix in (".py", ".md") and ".venv" not in path.parts
-    ]
-    found = []
-    for path in files:
-        # a title wrapped over comment or docstring lines reads as one line
-        text = re.sub(r"\n\s*(?:#\s*)?", " ", path.read_text(errors="replace"))
-        for number, title in TITLED.findall(text):
-            found.append((str(path.relative_to(ROOT)), number, title))
-    return found
+    return [(where, *cited) for where, text in _citing_files() for cited in _titles_cited(text)]
 
 
 def test_every_paragraph_title_a_citation_quotes_is_on_its_parts_page() -> None:
@@ -172,6 +174,6 @@ def test_every_paragraph_title_a_citation_quotes_is_on_its_parts_page() -> None:
 
 def test_a_paragraph_title_no_page_holds_is_found() -> None:
     text = "(docs/architecture.md §" + '5, "A checkpoint\n    # lost on a Tuesday")'
-    ((number, title),) = TITLED.findall(re.sub(r"\n\s*(?:#\s*)?", " ", text))
+    ((number, title),) = _titles_cited(text)
     assert (number, title) == ("5", "A checkpoint lost on a Tuesday")
     assert title not in _plain((ROOT / parts()["5"]).read_text())
