@@ -6,12 +6,13 @@ cannot pick up another directory's ``conftest`` module.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -46,13 +47,81 @@ class SchemaFrame(FakeFrame):
         super().__init__(pa.table({"id": pa.array(ids, pa.int64())}))
 
 
+ScriptedError: TypeAlias = BaseException | type[BaseException] | Callable[[Batch], BaseException]
+"""What :class:`ScriptedSink` raises at a failing attempt: an exception (a fresh copy of it is
+raised each time), an exception class (instantiated without arguments) or a callable
+``(batch) -> exception`` (called at each attempt)."""
+
+
+def fresh_error(error: BaseException) -> BaseException:
+    """A new exception like ``error``: its class, ``args``, attributes, ``__cause__`` and
+    notes, with no traceback.
+
+    Raising one object at every attempt, as a real sink never does, grows its
+    ``__traceback__`` by each failed write's frames and keeps them (and whatever they hold:
+    a catch-up, a writer) alive. ``copy.copy`` calls the class again with ``args``; where
+    that fails or gives another message (fanout's :class:`~fanout.errors.SinkError` takes
+    keyword-only ``sink=``, others format their message from several arguments), the copy
+    is made without ``__init__``, as :func:`fanout.errors.error_with_text` does. Should
+    that fail too (a ``__new__`` refusing ``args``), ``error`` itself is raised with its
+    traceback cleared (the one case where identity, not a copy, is raised again).
+    """
+    kind = type(error)
+    try:
+        fresh = copy.copy(error)
+    except Exception:
+        fresh = None
+    if (
+        fresh is None
+        or type(fresh) is not kind
+        or fresh.args != error.args
+        or str(fresh) != str(error)
+    ):
+        try:
+            fresh = kind.__new__(kind, *error.args)
+            fresh.args = error.args
+            fresh.__dict__.update(vars(error))
+        except Exception:
+            return error.with_traceback(None)
+    if isinstance(notes := getattr(error, "__notes__", None), list):
+        fresh.__notes__ = list(notes)  # not shared: a note added to one stays off the others
+    # `raise error from error` (a sink's bug fanout guards against) leaves it its own cause
+    fresh.__cause__ = fresh if error.__cause__ is error else error.__cause__
+    fresh.__suppress_context__ = error.__suppress_context__
+    return fresh
+
+
+def scripted_error(script: ScriptedError, batch: Batch) -> BaseException:
+    """The exception ``script`` (a :data:`ScriptedError`) makes for ``batch``: a fresh
+    object at each call."""
+    if isinstance(script, BaseException):
+        return fresh_error(script)
+    if isinstance(script, type):
+        return script()
+    return script(batch)
+
+
+def same_error(error: BaseException | None, scripted: BaseException) -> bool:
+    """Whether ``error`` is what a :class:`ScriptedSink` raised for the exception
+    ``scripted`` (a copy of it): the same class, ``args`` and message."""
+    return (
+        type(error) is type(scripted)
+        and error is not None
+        and error.args == scripted.args
+        and str(error) == str(scripted)
+    )
+
+
 class ScriptedSink(Sink):
     """A sink that fails as scripted, recording every call of ``write`` as
     ``(batch_id, attempt)`` (:class:`fanout.testing.RecordingSink` records rows instead).
 
-    :param fail: errors to raise, one per attempt, before succeeding (an exception
-        *class* or instance; a callable ``(batch) -> exception`` also works).
-    :param always_fail: raise this on every attempt.
+    :param fail: errors to raise, one per attempt, before succeeding (each a
+        :data:`ScriptedError`: an exception instance, class, or callable
+        ``(batch) -> exception``; an instance is raised as a fresh copy, like ``always_fail``'s).
+    :param always_fail: raise this on every attempt (a :data:`ScriptedError`): a new exception
+        each time (for an instance, a copy: same class, args and attributes), as a real sink
+        raises; so compare what was raised by class and message, not identity.
     :param reads: ``"dataframe"`` or ``"arrow"``.
     :param returns: what ``write`` returns (default: the batch's row count).
     :param on_write: called with the batch inside ``write`` (for timing tests).
@@ -66,16 +135,16 @@ class ScriptedSink(Sink):
         self,
         name: str,
         *,
-        fail: list[BaseException] | None = None,
-        always_fail: BaseException | None = None,
+        fail: list[ScriptedError] | None = None,
+        always_fail: ScriptedError | None = None,
         reads: str = "dataframe",
         returns: Any = None,
         on_write: Callable[[Batch], None] | None = None,
         transient: tuple[type[BaseException], ...] | None = None,
     ) -> None:
         super().__init__(name)
-        self.fail = list(fail or [])
-        self.always_fail = always_fail
+        self.fail: list[ScriptedError] = list(fail or [])
+        self.always_fail: ScriptedError | None = always_fail
         self._reads = reads
         self.returns = returns
         self.on_write = on_write
@@ -107,9 +176,9 @@ class ScriptedSink(Sink):
         if self.on_write is not None:
             self.on_write(batch)
         if self.always_fail is not None:
-            raise self.always_fail
+            raise scripted_error(self.always_fail, batch)
         if self.fail:
-            raise self.fail.pop(0)
+            raise scripted_error(self.fail.pop(0), batch)
         if self._reads == "arrow":
             table = batch.arrow()
             self.arrow_tables.append(table)
