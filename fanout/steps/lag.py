@@ -9,7 +9,11 @@ path; the catch-up (:mod:`fanout.steps.catchup`) writes its batches in order and
 has none left, the sink is live again with the next batch.
 
 The ledger marks stay the truth: :class:`Lagging` only caches them (the live path and the
-catch-up update the cache after each mark they write) and the spool's index.
+catch-up update the cache after each mark they write) and the spool's index. It owns three
+helpers that share its lock: the backfill sources' marks (:mod:`fanout.steps.lag_backfill`),
+which batches are settled (:mod:`fanout.steps.lag_settle`) and which spooled batches may go
+(:mod:`fanout.steps.lag_release`); each sink's open/lost state is
+:mod:`fanout.steps.lag_state`'s.
 """
 
 from __future__ import annotations
