@@ -31,7 +31,8 @@ class BackfillMarks:
     :param ledger: where the marks are.
     :param sources: the backfill source of each sink configured with ``backfill_from``.
     :param lock: the lag state's lock (:class:`fanout.steps.lag.Lagging`'s), held around
-        each look at the cache, never across a ledger read.
+        each look at the cache, never across a ledger read of its own (``mark``, the lag
+        state's, may read the ledger under it, as it always did).
     :param mark: a sink's last committed batch of an epoch, as the lag state caches it.
     """
 
@@ -55,15 +56,16 @@ class BackfillMarks:
     not in it."""
 
     def new_batch(self) -> None:
-        """A batch starts: a cached skip's mark is read again once (called under the
-        lock)."""
-        self._skips_read.clear()
+        """A batch starts: a cached skip's mark is read again once."""
+        with self.lock:
+            self._skips_read.clear()
 
     def source_committed(self, sink: str, epoch: int) -> None:
-        """``sink`` marked a batch of ``epoch`` (called under the lock): a backfill
-        source's write's mark may now be beside a skip's cached (also one a read running
-        now caches), so the next look-up reads cached skips again."""
-        self._skips_read.discard((sink, epoch))
+        """``sink`` marked a batch of ``epoch``: a backfill source's write's mark may now be
+        beside a skip's cached (also one a read running now caches), so the next look-up
+        reads cached skips again."""
+        with self.lock:
+            self._skips_read.discard((sink, epoch))
 
     def missed(
         self, sink: str, epoch: int, needs: Callable[[str, BatchKey], bool]
@@ -80,7 +82,7 @@ class BackfillMarks:
         assert origin is not None
         keys: list[BatchKey] = []
         for each in range(epoch + 1):
-            if self.caught_up_with(sink, origin, each):
+            if self._caught_up_with(sink, origin, each):
                 continue
             for batch_id, entry in sorted(self.marks_of(sink, origin, each).items()):
                 if not is_skip(entry) and needs(sink, (each, batch_id)):
@@ -157,7 +159,7 @@ class BackfillMarks:
                 found = entry if found is None or _written_over(found, entry) else found
         return found
 
-    def caught_up_with(self, sink: str, origin: str, epoch: int) -> bool:
+    def _caught_up_with(self, sink: str, origin: str, epoch: int) -> bool:
         """Whether ``sink``'s mark of ``epoch`` is at or past its source ``origin``'s."""
         theirs = self.mark(origin, epoch)
         mine = self.mark(sink, epoch)

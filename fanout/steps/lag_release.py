@@ -47,9 +47,10 @@ class SpoolRelease:
     """Per spooled (sink, batch) its mark holds, whether that mark is a ledger skip's."""
 
     def wrote(self, sink: str, key: BatchKey) -> None:
-        """``sink`` marked spooled batch ``key``, written, not skipped (called under the
-        lock): :meth:`given_up` need not read it."""
-        self._written.add((sink, key))
+        """``sink`` marked spooled batch ``key``, written, not skipped: :meth:`given_up` need
+        not read it."""
+        with self.lock:
+            self._written.add((sink, key))
 
     def held_by_all(self) -> dict[BatchKey, frozenset[str]]:
         """Spooled batches every sink that needed them holds, each with the sinks that

@@ -31,7 +31,8 @@ class Settlement:
     :param specs: every sink's spec (the configured sinks, each of which must hold a batch).
     :param spool: the pipeline's spool (``None`` when no sink lags or backfills).
     :param lock: the lag state's lock (:class:`fanout.steps.lag.Lagging`'s), held around
-        each look at what is known, never across a ledger, spool or checkpoint read.
+        each look at what is known, never across a ledger, spool or checkpoint read of its
+        own (``mark``, the lag state's, may read the ledger under it, as it always did).
     :param mark: a sink's last committed batch of an epoch, as the lag state caches it.
     :param backfilled: whether a sink still backfills from a sink whose mark holds a batch
         (:meth:`fanout.steps.lag_backfill.BackfillMarks.holds`).
