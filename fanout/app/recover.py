@@ -22,7 +22,7 @@ but with ``--no-record``) and the refusal's choice printed.
 
 With the pipeline's spool (``--spool``), a lagging sink counts at the last batch of the
 epoch the spool holds for it that the catch-up writes after the reset (settled:
-:func:`fanout.steps.lag.spooled_through`), with that batch's recorded offsets; a spooled
+:func:`fanout.steps.lag_settle.spooled_through`), with that batch's recorded offsets; a spooled
 batch Spark never committed is given up at the reset and named (the new checkpoint reads
 its rows again). Without it, a lagging sink counts at its last mark, and a resume there
 would give it the batches waiting in the spool twice: the output says the spool was not read.
@@ -198,7 +198,7 @@ def recovery_of(
     """The recovery facts from the committed entries of one pipeline and, when the spool
     at ``spool`` was read, its ``spooled`` batches; ``sinks``: the pipeline file's sinks
     (``None``: not known)."""
-    from fanout.steps.lag import spooled_through
+    from fanout.steps.lag_settle import spooled_through
 
     named = None if sinks is None else tuple(sinks)
     latest = latest_per_sink([e for e in committed if e.pipeline == pipeline])

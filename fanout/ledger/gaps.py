@@ -478,7 +478,7 @@ def _backfill_held(
 ) -> tuple[int, ...]:
     """The batches of ``epoch`` after ``before`` through ``through`` that ``origin``'s
     ledger marks committed and not skipped: those a backfill from it gives back
-    (:meth:`fanout.steps.lag.Lagging._backfill_keys` reads the same marks)."""
+    (:meth:`fanout.steps.lag_backfill.BackfillMarks.missed` reads the same marks)."""
     first = 0 if before is None else before + 1
     return tuple(
         sorted(

@@ -9,7 +9,11 @@ path; the catch-up (:mod:`fanout.steps.catchup`) writes its batches in order and
 has none left, the sink is live again with the next batch.
 
 The ledger marks stay the truth: :class:`Lagging` only caches them (the live path and the
-catch-up update the cache after each mark they write) and the spool's index.
+catch-up update the cache after each mark they write) and the spool's index. It owns three
+helpers that share its lock: the backfill sources' marks (:mod:`fanout.steps.lag_backfill`),
+which batches are settled (:mod:`fanout.steps.lag_settle`) and which spooled batches may go
+(:mod:`fanout.steps.lag_release`); each sink's open/lost state is
+:mod:`fanout.steps.lag_state`'s.
 """
 
 from __future__ import annotations
@@ -32,13 +36,13 @@ from fanout.errors import (
     TargetLostError,
 )
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
-from fanout.ledger.gaps import entry_weight, held_by_skip, is_skip
 from fanout.observe.secrets import masked_error, redact_printed
 from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.index import BatchKey, SpooledBatch
-from fanout.spool.settled import every_sink_holds, settled_on_record
 from fanout.spool.table import Spool
-from fanout.steps.context import read_file_directly
+from fanout.steps.lag_backfill import BackfillMarks
+from fanout.steps.lag_release import SpoolRelease
+from fanout.steps.lag_settle import Settlement, spooled_through
 from fanout.steps.lag_state import (
     Held,
     Lost,
@@ -115,31 +119,18 @@ class Lagging:
     """The sinks whose last failure no run resolves by itself (a backfill source that cannot
     give a batch back as committed, a gap before its next batch)."""
     _failed_at: dict[str, float] = field(default_factory=dict, repr=False)
-    _backfilled: set[str] = field(default_factory=set, repr=False)
-    _origin_marks: dict[tuple[str, int], dict[int, LedgerEntry]] = field(
-        default_factory=dict, repr=False
-    )
-    """Per (backfill source sink, epoch), its ledger marks read so far, by batch id (a
-    lost mark among them is read again before it is used: :meth:`source_mark`)."""
-    _skips_read: set[tuple[str, int]] = field(default_factory=set, repr=False)
-    """The (backfill source sink, epoch) pairs whose cached skip's marks were read since the
-    last batch's start (:meth:`saw_marks`) and since this instance committed a batch of the
-    source (:meth:`committed`): :meth:`_marks_of` reads them again only for a pair not in
-    it."""
-    _written: set[tuple[str, BatchKey]] = field(default_factory=set, repr=False)
-    """The (sink, batch) pairs this instance saw committed: written, not skipped."""
-    _given_up: dict[tuple[str, BatchKey], bool] = field(default_factory=dict, repr=False)
-    """Per spooled (sink, batch) its mark holds, whether that mark is a ledger skip's."""
     checkpoint: tuple[int, str] | None = None
     """The running query's checkpoint and the epoch that query owns: its ``commits/N`` says
     Spark committed batch N of that epoch (:meth:`settled`)."""
-    _settled: set[BatchKey] = field(default_factory=set, repr=False)
-    _planned: dict[int, int] = field(default_factory=dict, repr=False)
-    """Per epoch, the newest batch this instance saw planned live."""
-    _abandoned: set[BatchKey] = field(default_factory=set, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _states: SinkStates = field(init=False, repr=False)
     """Each sink's open/lost state, one value per sink (:meth:`held`)."""
+    _backfill: BackfillMarks = field(init=False, repr=False)
+    """The backfill sources' marks, and which sinks still read them."""
+    _settlement: Settlement = field(init=False, repr=False)
+    """Which batches are settled, or given up with a checkpoint reset (:meth:`settled`)."""
+    _release: SpoolRelease = field(init=False, repr=False)
+    """Which spooled batches may go, and their removal (:meth:`release_held`)."""
     _closing: bool = field(default=False, repr=False)
     on_reopened: Callable[[], None] | None = None
     """Called when a reopen put its outcome in place (the catch-up is woken)."""
@@ -151,6 +142,20 @@ class Lagging:
         self, unopened: Mapping[str, tuple[SinkContext, BaseException]] | None
     ) -> None:
         self._states = SinkStates(self._lock, self.specs, unopened or {})
+        self._backfill = BackfillMarks(
+            self.pipeline, self.specs, self.ledger, self.sources, self._lock, self.mark
+        )
+        self._settlement = Settlement(
+            self.pipeline,
+            self.specs,
+            self.spool,
+            self._lock,
+            self.mark,
+            self._backfill.holds,
+            epoch=lambda: self.epoch,
+            checkpoint=lambda: self.checkpoint,
+        )
+        self._release = SpoolRelease(self.pipeline, self.ledger, self.spool, self._lock, self.needs)
 
     @property
     def sinks(self) -> list[str]:
@@ -171,15 +176,14 @@ class Lagging:
         """The marks a batch read with its ledger lookup (never moves a mark back)."""
         with self._lock:
             self.epoch = max(self.epoch, epoch)
-            self._skips_read.clear()  # a new batch: a cached skip's mark is read again once
+            self._backfill.new_batch()  # a cached skip's mark is read again once
             for sink, batch in (marks or {}).items():
                 self._advance(sink, epoch, batch)
 
     def saw_batch(self, key: BatchKey) -> None:
         """Batch ``key`` runs live: Spark planned it, so it committed every batch of the
         epoch before it (:meth:`settled`)."""
-        with self._lock:
-            self._planned[key[0]] = max(self._planned.get(key[0], -1), key[1])
+        self._settlement.saw_batch(key)
 
     def committed(self, sink: str, key: BatchKey, *, caught_up: bool = False) -> None:
         """``sink`` marked batch ``key`` (live, or ``caught_up`` from the spool or a backfill
@@ -187,11 +191,9 @@ class Lagging:
         spool lets the batch go; a live batch is never in a sink's spool)."""
         with self._lock:
             self._advance(sink, key[0], key[1])
-            # a backfill source's write's mark may now be beside a skip's cached (also
-            # one a read running now caches): the next look-up reads cached skips again
-            self._skips_read.discard((sink, key[0]))
+            self._backfill.source_committed(sink, key[0])
             if caught_up and self.spool is not None:  # else nothing to release
-                self._written.add((sink, key))
+                self._release.wrote(sink, key)
             self._errors.pop(sink, None)
             self._failed_at.pop(sink, None)
             self._stuck.discard(sink)
@@ -470,7 +472,7 @@ class Lagging:
         spooled = {} if self.spool is None else {b.key: b for b in self.spool.needed_by(sink)}
         for key in spooled:
             wanted[key] = None
-        for key in self._backfill_keys(sink):
+        for key in self._backfill.missed(sink, self.epoch, self.needs):
             wanted[key] = None
         keys = sorted(k for k in wanted if self.needs(sink, k))
         held = [spooled[k] for k in keys if k in spooled]
@@ -490,7 +492,7 @@ class Lagging:
         done = self.mark(sink, key[0])
         return (done is None or done < key[1]) and not self.abandoned(key)
 
-    # -- settled batches -------------------------------------------------------------
+    # -- settled batches (fanout.steps.lag_settle) ----------------------------------
 
     def settled(self, key: BatchKey) -> bool:
         """Whether Spark will never give batch ``key`` up, so the catch-up may write it
@@ -507,21 +509,11 @@ class Lagging:
         - the running query's checkpoint holds ``commits/N`` (its epoch only).
 
         A batch of an epoch before the current one is judged on the ledger and the spool
-        alone (its checkpoint was replaced): :func:`settled_on_record`, counting the sinks
-        that took part in it (:func:`party_of`), not those configured now. Once settled,
-        always settled."""
-        with self._lock:
-            if key in self._settled:
-                return True
-        if key[0] < self.epoch:
-            found = self._settled_on_record(key)
-        else:
-            found = self._planned_after(key) or self._complete(key) or self._spark_committed(key)
-        if found:
-            with self._lock:
-                self._settled.add(key)
-            return True
-        return False
+        alone (its checkpoint was replaced): :func:`fanout.spool.settled.settled_on_record`,
+        counting the sinks that took part in it (:func:`fanout.spool.settled.party_of`),
+        not those configured now. Once settled, always settled
+        (:class:`fanout.steps.lag_settle.Settlement` remembers it)."""
+        return self._settlement.settled(key)
 
     def abandoned(self, key: BatchKey) -> bool:
         """Whether batch ``key`` of an epoch before the current one was given up with its
@@ -529,169 +521,16 @@ class Lagging:
         refused once a newer epoch exists). A reset resumes where ``fanout recover`` says,
         before it, so the new epoch reads its rows again: no sink may get it from the
         spool, which lets it go."""
-        if key[0] >= self.epoch:
-            return False
-        with self._lock:
-            if key in self._abandoned:
-                return True  # final: the epoch runs no more batches
-        if self.settled(key):
-            return False
-        with self._lock:
-            self._abandoned.add(key)
-        log.warning(
-            "pipeline %s: batch %s of epoch %s was never committed by Spark before the "
-            "checkpoint was replaced (epoch %s now): it is given up, not written from the "
-            "spool to the sinks that lagged on it; the new checkpoint reads its rows again "
-            "when it starts where `fanout recover` said",
-            self.pipeline, key[1], key[0], self.epoch,
-        )  # fmt: skip
-        return True
+        return self._settlement.abandoned(key)
 
-    def _planned_after(self, key: BatchKey) -> bool:
-        epoch, batch_id = key
-        with self._lock:
-            if self._planned.get(epoch, -1) > batch_id:
-                return True
-        if any((m := self.mark(s, epoch)) is not None and m > batch_id for s in self.specs):
-            return True
-        held = [] if self.spool is None else self.spool.batches()
-        return any(b.epoch == epoch and b.batch_id > batch_id for b in held)
-
-    def _complete(self, key: BatchKey) -> bool:
-        """Whether every configured sink holds batch ``key`` (see :meth:`settled`)."""
-        spooled = None if self.spool is None else self.spool.get(key)
-        return every_sink_holds(
-            key[1],
-            self.specs,
-            frozenset() if spooled is None else spooled.needed_by,
-            lambda sink: self.mark(sink, key[0]),
-            lambda sink: self._backfilled_holds(sink, key),
-        )
-
-    def _settled_on_record(self, key: BatchKey) -> bool:
-        """:func:`settled_on_record` for batch ``key`` of an older epoch, with this
-        instance's cached marks (of the configured sinks and of the batch's party)."""
-        epoch = key[0]
-        marked = [s for s in self.specs if self.mark(s, epoch) is not None]
-        return settled_on_record(
-            key,
-            [] if self.spool is None else self.spool.batches(),
-            lambda sink: self.mark(sink, epoch),
-            marked,
-            lambda sink: self._backfilled_holds(sink, key),
-        )
-
-    def _backfilled_holds(self, sink: str, key: BatchKey) -> bool:
-        """Whether ``sink`` still backfills from a sink whose mark holds batch ``key``."""
-        spec = self.specs.get(sink)
-        origin = None if spec is None else spec.lag.backfill_from
-        if origin is None or not self.backfilling(sink):
-            return False
-        through = self.mark(origin, key[0])
-        return through is not None and through >= key[1]
-
-    def _spark_committed(self, key: BatchKey) -> bool:
-        checkpoint = self.checkpoint
-        if checkpoint is None or checkpoint[0] != key[0]:
-            return False
-        try:
-            return read_file_directly(checkpoint[1], f"commits/{key[1]}") is not None
-        except Exception:  # unreadable: the ledger or a later batch will tell
-            return False
-
-    def _backfill_keys(self, sink: str) -> list[BatchKey]:
-        """The batches ``sink``'s backfill source committed, by the source's ledger marks,
-        that ``sink`` has not: every one, also those that wrote no row to the source's
-        table (an empty batch, or one whose rows all went to its dead letters), which its
-        table has no commit of. The marks, not the table, say which batches ran: a mark is
-        written after the batch's commit, so the table then shows whether it has one."""
-        if sink not in self.sources or sink in self._backfilled:
-            return []
-        origin = self.specs[sink].lag.backfill_from
-        assert origin is not None
-        keys: list[BatchKey] = []
-        for epoch in range(self.epoch + 1):
-            if self._caught_up_with(sink, origin, epoch):
-                continue
-            for batch_id, entry in sorted(self._marks_of(sink, origin, epoch).items()):
-                if not is_skip(entry) and self.needs(sink, (epoch, batch_id)):
-                    keys.append((epoch, batch_id))
-        return keys
-
-    def _marks_of(self, sink: str, origin: str, epoch: int) -> dict[int, LedgerEntry]:
-        """``origin``'s ledger marks of ``epoch`` through its cached mark (the ledger is
-        read only for the marks newer than those read before, and, when it is read, again
-        for the cached lost marks: a write's own mark may have replaced them since).
-
-        A cached skip's mark of a batch ``sink`` still needs is read again also when
-        ``origin``'s mark did not move: a ``fanout ledger skip`` that landed between
-        ``origin``'s write of the batch and its mark was cached before the write's own
-        mark was recorded beside it (docs/architecture.md §14.1, "A skip racing a write");
-        taken as final, ``sink`` would pass the batch without its rows. It is read again
-        once per batch (the first look-up after :meth:`saw_marks`) and once after each
-        batch of ``origin`` this instance committed (:meth:`committed`, called after the
-        write's mark), not at every look-up: while such a skip is cached, one ledger read
-        per batch and per catch-up write of ``origin`` (a live batch's start reads
-        ``origin``'s moved mark anyway), none once ``sink``'s mark is past it, and none
-        without a skip of ``origin`` in ``sink``'s backfill."""
-        with self._lock:
-            known = self._origin_marks.setdefault((origin, epoch), {})
-            last = max(known, default=-1)
-            lost = min((b for b, e in known.items() if e.lost), default=last + 1)
-            fresh = (origin, epoch) in self._skips_read
-            skipped = [] if fresh else [b for b, e in known.items() if is_skip(e)]
-        done = self.mark(sink, epoch)
-        skipped = [b for b in skipped if done is None or done < b]
-        through = self.mark(origin, epoch)
-        if skipped or (through is not None and through > last):
-            with self._lock:  # before the read: a commit during it asks for another
-                self._skips_read.add((origin, epoch))
-            self._read_marks(origin, epoch, min([lost, last + 1, *skipped]))
-        with self._lock:
-            return dict(known)
-
-    def _read_marks(self, origin: str, epoch: int, first: int) -> None:
-        """Cache ``origin``'s ledger marks of ``epoch`` from batch ``first`` on: a mark read
-        before is kept unless it is a lost mark (docs/architecture.md §5, "A batch in
-        flight": the ledger's readers leave a lost mark out once the batch's own mark
-        replaced it) or a skip's a write's own mark was recorded beside (§14.1)."""
-        found = self.ledger.committed_entries(self.pipeline, first, epoch=epoch)
-        with self._lock:
-            known = self._origin_marks.setdefault((origin, epoch), {})
-            for entry in found:
-                if entry.sink != origin or entry.epoch != epoch:
-                    continue
-                cached = known.get(entry.batch_id)
-                if cached is None or _written_over(cached, entry):
-                    known[entry.batch_id] = entry
+    # -- backfill sources (fanout.steps.lag_backfill) --------------------------------
 
     def source_mark(self, sink: str, key: BatchKey) -> LedgerEntry | None:
         """The ledger mark of batch ``key`` by ``sink``'s backfill source (``None``: the
         source has none). A cached mark is the answer unless it is a lost mark or a skip's:
         that one is read again, since the batch's own mark may have replaced it, or been
         recorded beside it, since it was cached (its counts then known)."""
-        origin = self.specs[sink].lag.backfill_from
-        if origin is None:
-            return None
-        with self._lock:
-            found = self._origin_marks.get((origin, key[0]), {}).get(key[1])
-        if found is not None and not found.lost and not is_skip(found):
-            return found
-        if found is not None:
-            self._read_marks(origin, key[0], key[1])
-            with self._lock:
-                return self._origin_marks[(origin, key[0])].get(key[1], found)
-        entries = self.ledger.committed_entries(self.pipeline, key[1], epoch=key[0])
-        found = None
-        for entry in entries:
-            if entry.sink == origin and entry.batch_id == key[1]:
-                found = entry if found is None or _written_over(found, entry) else found
-        return found
-
-    def _caught_up_with(self, sink: str, origin: str, epoch: int) -> bool:
-        theirs = self.mark(origin, epoch)
-        mine = self.mark(sink, epoch)
-        return theirs is None or (mine is not None and mine >= theirs)
+        return self._backfill.source_mark(sink, key)
 
     def finished_backfill(self, sink: str) -> None:
         """``sink`` has no backfill batch left at the start of a batch: stop asking its
@@ -700,15 +539,12 @@ class Lagging:
         the one before. The catch-up may empty the backlog while the source is still
         writing the live batch the sink was held back from; that batch is not spooled for
         the sink (its source holds it), so the sink must go on reading its source."""
-        with self._lock:
-            if sink in self.sources:
-                self._backfilled.add(sink)
+        self._backfill.finish(sink)
 
     def backfilling(self, sink: str) -> bool:
         """Whether ``sink`` still reads its missed batches from its backfill source (so a
         batch the source writes need not be spooled for it)."""
-        with self._lock:
-            return sink in self.sources and sink not in self._backfilled
+        return self._backfill.backfilling(sink)
 
     # -- what observers and status see ----------------------------------------------
 
@@ -734,15 +570,15 @@ class Lagging:
 
     def spooled_through(self, epoch: int) -> dict[str, int]:
         """Per sink, the last batch of ``epoch`` the spool holds for it that a catch-up
-        writes once the epoch is replaced (:func:`spooled_through`; for the guard's
-        refusals: a lagging sink's missed batches reach it from the spool)."""
+        writes once the epoch is replaced (:func:`fanout.steps.lag_settle.spooled_through`;
+        for the guard's refusals: a lagging sink's missed batches reach it from the spool)."""
         marked = [s for s in self.specs if self.mark(s, epoch) is not None]
         batches = [] if self.spool is None else self.spool.batches()
         return spooled_through(
-            epoch, batches, lambda sink: self.mark(sink, epoch), marked, self._backfilled_holds
+            epoch, batches, lambda sink: self.mark(sink, epoch), marked, self._backfill.holds
         )
 
-    # -- the spool's upkeep ----------------------------------------------------------
+    # -- the spool's upkeep (fanout.steps.lag_release) -------------------------------
 
     def held_by_all(self) -> dict[BatchKey, frozenset[str]]:
         """Spooled batches every sink that needed them has committed, each with the sinks
@@ -752,24 +588,7 @@ class Lagging:
         (a sink removed for good releases them with ``fanout ledger skip``). A batch a
         sink's mark holds only by a ``fanout ledger skip`` made without the spool is kept
         for it (:meth:`given_up`): that skip could not see the rows still there."""
-        if self.spool is None:
-            return {}
-        done = {}
-        for batch in self.spool.batches():
-            if all(not self.needs(s, batch.key) for s in batch.needed_by):
-                done[batch.key] = batch.needed_by
-        given_up = self.given_up([(s, k) for k, sinks in done.items() for s in sinks])
-        chosen = {
-            k: frozenset(s for s in sinks if (s, k) not in given_up) for k, sinks in done.items()
-        }
-        return {k: sinks for k, sinks in chosen.items() if sinks}
-
-    def _forget_unspooled(self, spooled: set[BatchKey]) -> None:
-        """Drop what :meth:`given_up` knows of batches no longer in the spool: the sets stay
-        as small as the spool, however long the pipeline runs."""
-        with self._lock:
-            self._written = {p for p in self._written if p[1] in spooled}
-            self._given_up = {p: v for p, v in self._given_up.items() if p[1] in spooled}
+        return self._release.held_by_all()
 
     def given_up(self, pairs: Iterable[tuple[str, BatchKey]]) -> set[tuple[str, BatchKey]]:
         """Those of ``pairs`` (a sink, a spooled batch its mark holds) the sink's mark holds
@@ -778,106 +597,26 @@ class Lagging:
         (``release_spooled``), so a pair still in the spool was given up by a skip made
         without it. Pairs this instance saw committed are not read; the others are read
         from the ledger once (one scan per sink and epoch)."""
-        pairs = list(pairs)
-        with self._lock:
-            unknown = sorted(
-                {p for p in pairs if p not in self._written and p not in self._given_up}
-            )
-        by_sink: dict[tuple[str, int], list[int]] = {}
-        for sink, (epoch, batch_id) in unknown:
-            by_sink.setdefault((sink, epoch), []).append(batch_id)
-        for (sink, epoch), ids in by_sink.items():
-            marks = sorted(
-                (e.batch_id, is_skip(e))
-                for e in self.ledger.committed_entries(self.pipeline, min(ids), epoch=epoch)
-                if e.sink == sink and e.epoch == epoch
-            )
-            for batch_id in ids:
-                given_up = held_by_skip(batch_id, marks)
-                with self._lock:
-                    self._given_up[(sink, (epoch, batch_id))] = given_up
-        with self._lock:
-            return {p for p in pairs if self._given_up.get(p, False)}
+        return self._release.given_up(pairs)
 
     def kept_given_up(self) -> dict[tuple[str, int], list[SpooledBatch]]:
         """Per (sink, epoch), the spooled batches kept for the sink although a ledger skip
         made without the spool gave them up (see :meth:`held_by_all`)."""
-        if self.spool is None:
-            return {}
-        pairs = [(s, b.key) for b in self.spool.batches() for s in b.needed_by]
-        given_up = self.given_up(p for p in pairs if not self.needs(*p))
-        kept: dict[tuple[str, int], list[SpooledBatch]] = {}
-        for batch in self.spool.batches():
-            for sink in sorted(batch.needed_by):
-                if (sink, batch.key) in given_up:
-                    kept.setdefault((sink, batch.epoch), []).append(batch)
-        return kept
+        return self._release.kept_given_up()
 
     def release_held(self) -> int:
-        """Remove from the spool the batches no sink needs any more, chosen and removed
-        under the spool's lock: the live path may be spooling its batch, beside the
-        catch-up, for a sink that just fell behind, and that sink must find it with its
-        rows (a batch removed first is spooled again in full, see
+        """Remove from the spool the batches no sink needs any more (:meth:`held_by_all`),
+        chosen and removed under the spool's lock: the live path may be spooling its batch,
+        beside the catch-up, for a sink that just fell behind, and that sink must find it
+        with its rows (a batch removed first is spooled again in full, see
         :meth:`fanout.spool.table.Spool.add`)."""
-        if self.spool is None:
-            return 0
-        removed = self.spool.release(self.held_by_all)
-        self._forget_unspooled({b.key for b in self.spool.batches()})
-        if removed:
-            log.info(
-                "pipeline %s: removed %s batch(es) every sink holds from the spool",
-                self.pipeline,
-                removed,
-            )
-        return removed
+        return self._release.release(self.held_by_all)
 
     def release_orphans(self) -> int:
         """Remove the spooled rows of batches that have no index row (a removal or a
         spooling cut short) and that every lag-capable sink holds (its mark of the
         batch's epoch is at or past it), so that no sink can need them."""
-        if self.spool is None:
-            return 0
-        removed = self.spool.remove_orphans(
-            lambda key: all(not self.needs(s, key) for s in self.sinks)
-        )
-        if removed:
-            log.info(
-                "pipeline %s: removed the rows of %s batch(es) no index row names and every "
-                "lagging sink holds from the spool: %s",
-                self.pipeline,
-                len(removed),
-                ", ".join(f"{b} (epoch {e})" for e, b in removed),
-            )
-        return len(removed)
-
-
-def spooled_through(
-    epoch: int,
-    spooled: Sequence[SpooledBatch],
-    mark: Callable[[str], int | None],
-    marked: Iterable[str],
-    backfilled: Callable[[str, BatchKey], bool] | None = None,
-) -> dict[str, int]:
-    """Per sink, the last batch of ``epoch`` the spool holds for it and a catch-up writes
-    to it once ``epoch`` is replaced by a reset: settled by :func:`settled_on_record`
-    (only an epoch's last spooled batch can fail that; it is given up instead). Where a
-    new checkpoint resumes counts the sink there (``fanout recover --spool``, the guard's
-    refusals). ``mark``: a sink's last mark of ``epoch``; ``marked``: the sinks with one;
-    ``backfilled``: whether a sink still backfills from a sink holding a batch."""
-    marked = list(marked)
-    through: dict[str, int] = {}
-    for batch in spooled:
-        if batch.epoch != epoch:
-            continue
-        holds = None if backfilled is None else _at(backfilled, batch.key)
-        if settled_on_record(batch.key, spooled, mark, marked, holds):
-            for sink in batch.needed_by:
-                through[sink] = max(through.get(sink, -1), batch.batch_id)
-    return through
-
-
-def _at(backfilled: Callable[[str, BatchKey], bool], key: BatchKey) -> Callable[[str], bool]:
-    return lambda sink: backfilled(sink, key)
+        return self._release.release_orphans(self.sinks)
 
 
 def over_limit(
@@ -919,10 +658,3 @@ def unreachable_masked(
         error, secrets, lambda text: SinkUnreachableError(text, sink=sink), said, others=others
     )
     return error if masked is None else masked
-
-
-def _written_over(cached: LedgerEntry, entry: LedgerEntry) -> bool:
-    """Whether ``entry``, a mark of the same sink and batch as ``cached``, is the one to
-    keep: the one believed more (:func:`fanout.ledger.gaps.mark_weight`: a write's own mark
-    over a lost one, over a skip's made while the write ran)."""
-    return entry_weight(entry) > entry_weight(cached)

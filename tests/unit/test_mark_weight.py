@@ -12,7 +12,7 @@ import pytest
 from fanout.app.status import _last_key
 from fanout.ledger.entry import LOST_MARK, LedgerEntry
 from fanout.ledger.gaps import SKIPPED, held_by_skip, mark_weight
-from fanout.steps.lag import _written_over
+from fanout.steps.lag_backfill import _written_over
 
 ERRORS = {
     "write": None,

@@ -481,8 +481,8 @@ def test_a_skip_without_the_spool_made_while_the_pipeline_runs_keeps_the_batches
     assert scans == 1  # for 0-1, once; none for the catch-up's own commits
     # what that check remembers is as small as the spool, however long the run: not the
     # live commits ("good" 0-4), nor the caught-up batches the spool let go (2-4)
-    assert fan.lagging._written == set()
-    assert set(fan.lagging._given_up) == {("down", (0, 0)), ("down", (0, 1))}
+    assert fan.lagging._release._written == set()
+    assert set(fan.lagging._release._given_up) == {("down", (0, 0)), ("down", (0, 1))}
 
 
 def test_status_names_the_batches_a_skip_without_the_spool_kept(
