@@ -8,14 +8,16 @@ the same transaction ids, the same route and dead letters, the same ledger mark.
 whose write fails is probed again only after ``probe_interval_s`` (a circuit breaker), so a
 sink that is down costs one attempt per interval, never the live batches' time.
 
-Each sink has a lock, one per pipeline, ledger and sink in the process (:class:`SinkWriter`):
-the live path's bounded drain (:meth:`CatchUp.drain`, when a sink's backlog reaches its
-``max_lag``), the thread, the final catch-up and the catch-up of a later ``FanOut`` of the
-pipeline in the same process (whose thread an earlier one's write may outlive) never write
-one sink at once.
+Each sink has a lock, one per pipeline, ledger and sink in the process
+(:class:`fanout.steps.catchup_writers.SinkWriter`): the live path's bounded drain
+(:meth:`CatchUp.drain`, when a sink's backlog reaches its ``max_lag``), the thread, the
+final catch-up and the catch-up of a later ``FanOut`` of the pipeline in the same process
+(whose thread an earlier one's write may outlive) never write one sink at once.
 
 What a catch-up write reads (the spool, or the sink's backfill source, checked against the
-source's ledger mark): :mod:`fanout.steps.catchup_read`.
+source's ledger mark): :mod:`fanout.steps.catchup_read`. Its notes before a write a crash
+could leave unmarked, and its questions to the sink where one is found:
+:mod:`fanout.steps.catchup_notes`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,22 +33,21 @@ from fanout.contract.locations import command_location
 from fanout.errors import (
     MissedBatchesError,
     RenamedSinkError,
-    SinkRecordsGoneError,
     SinkTimeoutError,
     TargetLostError,
 )
 from fanout.hooks.caller import HookCaller
-from fanout.ledger.begun import began, record_begun
 from fanout.ledger.entry import ledger_key, now_utc
 from fanout.observe.logs import batch_fields
 from fanout.retry import RetryPolicy
 from fanout.routes.batch_routes import BatchRoutes, EarlierOf, TargetOf
 from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.index import BatchKey
+from fanout.steps.catchup_notes import ReplayNotes
 from fanout.steps.catchup_read import CatchUpReader
+from fanout.steps.catchup_writers import _current_lock, replace_current, sink_writer
 from fanout.steps.lag import Backlog, Lagging
 from fanout.steps.record import Recorder
-from fanout.steps.replay import may_refuse
 from fanout.steps.replay_lag import SpooledReplays
 from fanout.steps.timeout import AbandonedWrite, AbandonedWrites, TimedWrite
 from fanout.steps.write import SinkOutcome, SinkRunner, run_timed
@@ -56,46 +56,6 @@ log = logging.getLogger("fanout")
 
 ONE_ATTEMPT = RetryPolicy(retries=0)
 """A catch-up write is tried once per probe: the probe interval is its backoff."""
-
-_current: weakref.WeakValueDictionary[tuple[str, str], CatchUp] = weakref.WeakValueDictionary()
-_current_lock = threading.Lock()
-
-
-class SinkWriter:
-    """The one writer of a sink's catch-up in this process, for a pipeline and ledger: every
-    :class:`CatchUp` of the pipeline (an earlier ``FanOut``'s thread still in a write its
-    ``stop()`` did not wait out, a restarted query's, a notebook's re-run cell's) takes
-    ``lock`` to write the sink, so two writes of one batch never run at once (a sink that
-    checks "already written?" and then writes is not safe with them: docs/architecture.md
-    §14.4, "One writer of a sink per process"). ``writing``: the batch being written now,
-    since ``since`` (``time.monotonic()``); ``last``: the catch-up that wrote the sink last
-    (another's marks are read again)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.writing: BatchKey | None = None
-        self.since = 0.0
-        self.last: object | None = None
-
-
-_writers: weakref.WeakValueDictionary[tuple[str, str, str], SinkWriter] = (
-    weakref.WeakValueDictionary()
-)
-"""Held weakly: every :class:`CatchUp` of the sink holds its writer, and a write holding
-the lock runs in one of them (its thread's, or a drain's caller's), so an entry goes only
-once no catch-up could write the sink (a long-lived process creating pipelines by generated
-names would otherwise keep one per sink it ever caught up)."""
-
-
-def sink_writer(pipeline: str, ledger: str, sink: str) -> SinkWriter:
-    """The process's :class:`SinkWriter` of ``sink`` in ``pipeline`` with the ledger
-    ``ledger`` (:func:`fanout.ledger.entry.ledger_key`: one ledger however spelled), while
-    a :class:`CatchUp` holds it (:data:`_writers`)."""
-    with _current_lock:
-        writer = _writers.get((pipeline, ledger, sink))
-        if writer is None:
-            writer = _writers[(pipeline, ledger, sink)] = SinkWriter()
-        return writer
 
 
 class CatchUp:
@@ -135,7 +95,6 @@ class CatchUp:
         replays: SpooledReplays | None = None,
     ) -> None:
         self.lagging = lagging
-        self.replays = replays
         self.earlier_of = earlier_of
         self.abandoned = abandoned
         self.ledger_location = ledger_location
@@ -166,9 +125,7 @@ class CatchUp:
         self._timed_out: dict[str, int] = {}  # catch-up writes abandoned in a row, by sink
         self._timed: dict[str, TimedWrite] = {}  # bounded catch-up writes waited for, by sink
         self._told_lost: set[str] = set()  # sinks whose lost target the ledger was told of
-        # the (sink, batch) pairs whose note (Spool.note_replayed) this catch-up wrote, each
-        # write of them since returned here: not asked again in this process
-        self._noted: set[tuple[str, BatchKey]] = set()
+        self._notes = ReplayNotes(lagging, specs, replays, self._record_lost, self._not_caught_up)
 
     # -- the thread ------------------------------------------------------------------
 
@@ -189,10 +146,7 @@ class CatchUp:
         :func:`fanout.ledger.entry.ledger_key`), stopping the one before it: a ``FanOut``
         of the same pipeline that was not closed (a notebook's re-run cell, a restarted
         query) would otherwise go on writing and releasing the spool beside this one."""
-        key = (self.lagging.pipeline, ledger_key(self.lagging.ledger))
-        with _current_lock:
-            previous = _current.get(key)
-            _current[key] = self
+        previous = replace_current(self.lagging.pipeline, ledger_key(self.lagging.ledger), self)
         if previous is not None and previous is not self and not previous._stop.is_set():
             log.warning(
                 "pipeline %s: a FanOut of this pipeline (ledger %s) was not closed; stopping "
@@ -516,7 +470,7 @@ class CatchUp:
             if isinstance(unopened, TargetLostError | RenamedSinkError):  # its reopen's check
                 self._record_lost(sink, key, unopened)
             return unopened
-        refused = self._refused_replay(sink, key)
+        refused = self._notes.refused_replay(sink, key)
         if refused is not None:
             return refused
         try:
@@ -525,7 +479,7 @@ class CatchUp:
             if self._moved_past(sink, key):
                 return None
             return self._not_caught_up(sink, key, exc, "cannot read the batch to catch up")
-        unnoted = self._note_write(sink, key, info)
+        unnoted = self._notes.note_write(sink, key, info)
         if unnoted is not None:
             return unnoted
         routes = BatchRoutes.prepare(
@@ -548,7 +502,7 @@ class CatchUp:
             self.lagging.failed(sink, outcome.error)
             return outcome.error if outcome.abort is None else outcome.abort
         self.lagging.committed(sink, key, caught_up=True)
-        self._noted.discard((sink, key))  # marked: never written again from here
+        self._notes.marked(sink, key)
         log.info(
             "pipeline %s, batch %s, sink %s: caught up (%s rows)",
             info.pipeline, info.batch_id, sink,
@@ -556,85 +510,6 @@ class CatchUp:
             extra=batch_fields(info.pipeline, info.batch_id, sink),
         )  # fmt: skip
         return None
-
-    def _refused_replay(self, sink: str, key: BatchKey) -> SinkRecordsGoneError | None:
-        """The refusal of batch ``key``, spooled for ``sink`` (open) from a replay its
-        earlier attempt may have written, which the sink cannot tell it holds
-        (:meth:`fanout.steps.replay_lag.SpooledReplays.refusal`): it then lags with it for
-        the rest of the run, never written (:meth:`fanout.steps.lag.Lagging.lose`), as at
-        step 3c, recorded as a failed attempt of the batch (a skip may name it)."""
-        spool = self.lagging.spool
-        if self.replays is None or spool is None or (sink, key) in self._noted:
-            return None
-        spooled = spool.get(key)
-        refused = self.replays.refusal(sink, spooled, self.lagging.mark(sink, key[0]))
-        if refused is not None:
-            self.lagging.lose(sink, refused)
-            self._record_lost(sink, key, refused)
-        return refused
-
-    def _note_write(self, sink: str, key: BatchKey, info: BatchInfo) -> BaseException | None:
-        """Before the first catch-up write of spooled batch ``key`` to ``sink``, record in
-        the spool's index that it may begin (:meth:`fanout.spool.table.Spool.note_replayed`):
-        a process killed in it, before the sink's mark, leaves the next run's catch-up no
-        replay signal of Spark's, and with the sink's own records of its batches gone
-        (:meth:`fanout.Sink.records_gone`) that run would write the batch a second time;
-        with the note it asks the sink first (:meth:`_refused_replay`). Its writes in this
-        process that returned are not asked about: they are retried as a live batch's are,
-        on the sink's idempotency. Recorded only where the question could refuse (a batch
-        holding rows, a sink answering ``records_gone`` without a harmless rewrite) and not
-        recorded yet: one index append per such batch and sink. A batch in no spool (a
-        backfilled one, ``info`` as its source's mark has it) is noted in the ledger
-        instead, and asked about there (:meth:`_note_backfill`). The note's failure fails
-        the write, nothing written (the error)."""
-        spool = self.lagging.spool
-        spooled = None if spool is None else spool.get(key)
-        if self.replays is None or (sink, key) in self._noted:
-            return None
-        if spooled is None:
-            return self._note_backfill(sink, key, info)
-        if spooled.rows == 0 or sink in spooled.replayed or not may_refuse(self.specs[sink].sink):
-            return None
-        assert spool is not None
-        try:
-            spool.note_replayed(key, sink)
-        except Exception as exc:
-            return self._not_caught_up(sink, key, exc)
-        self._noted.add((sink, key))
-        return None
-
-    def _note_backfill(self, sink: str, key: BatchKey, info: BatchInfo) -> BaseException | None:
-        """The ledger's ``begun`` note of backfilled batch ``key`` (:mod:`fanout.ledger.begun`),
-        read before this process's first write of it to ``sink``: found (an earlier run, or
-        an earlier ``FanOut`` of this process, began the write and did not mark it), the
-        sink is asked first (:meth:`fanout.steps.replay_lag.SpooledReplays.backfill_refusal`),
-        and a refusal is returned, the sink lagging with it for the rest of the run
-        (:meth:`fanout.steps.lag.Lagging.lose`, recorded as a failed attempt of the batch);
-        not found, it is appended. Only for a batch its source's mark says holds rows (or
-        cannot say: a lost mark) and a sink that could be refused: one ledger read and one
-        append per such batch and sink. A failed read or append fails the write, nothing
-        written."""
-        assert self.replays is not None
-        origin = self.specs[sink].lag.backfill_from
-        mark = self.lagging.source_mark(sink, key)
-        empty = mark is not None and not mark.lost and mark.rows == 0 and not mark.dead_lettered
-        if origin is None or empty or not may_refuse(self.specs[sink].sink):
-            return None
-        pipeline, (epoch, batch_id) = self.lagging.pipeline, key
-        try:
-            noted = began(self.lagging.ledger, pipeline, sink, epoch, batch_id)
-            if not noted:
-                record_begun(self.lagging.ledger, pipeline, sink, epoch, batch_id)
-        except Exception as exc:
-            return self._not_caught_up(sink, key, exc)
-        if not noted:
-            self._noted.add((sink, key))
-            return None
-        refused = self.replays.backfill_refusal(sink, info, self.lagging.mark(sink, epoch), origin)
-        if refused is not None:
-            self.lagging.lose(sink, refused)
-            self._record_lost(sink, key, refused, info)
-        return refused
 
     def _not_caught_up(
         self, sink: str, key: BatchKey, exc: Exception, what: str = "not caught up"
@@ -687,9 +562,10 @@ class CatchUp:
         info: BatchInfo | None = None,
     ) -> None:
         """Record, once per run, the refused catch-up of ``sink`` (its target lost, or it
-        was found renamed: its reopen's check; or a spooled replay it cannot tell it
-        holds: :meth:`_refused_replay`) as a failed attempt of its next batch ``key``:
-        ``fanout status`` shows it, with the ways on, also when no live batch runs.
+        was found renamed: its reopen's check; or a noted batch it cannot tell it holds:
+        :class:`fanout.steps.catchup_notes.ReplayNotes`) as a failed attempt of its next
+        batch ``key``: ``fanout status`` shows it, with the ways on, also when no live
+        batch runs.
         ``info``: the batch's context when known (a backfilled batch's, from its source's
         mark); else the spool's, or the bare batch."""
         with _current_lock:

@@ -11,9 +11,9 @@ sink unable to tell whether the attempt before wrote it. So a doubted replay
 attempt before could have written (:func:`fanout.steps.lag_steps.may_hold`;
 :attr:`fanout.spool.index.SpooledBatch.replayed`, kept across runs), and so is a catch-up
 write of a spooled batch before it begins (a process killed in it leaves the next run no
-replay to see: :meth:`fanout.steps.catchup.CatchUp._note_write`), and the catch-up (the
-thread, a drain, the final catch-up: every write of a reopened sink) asks the sink the
-same question before it writes such a batch (:meth:`SpooledReplays.refusal`): the same
+replay to see: :meth:`fanout.steps.catchup_notes.ReplayNotes.note_write`), and the
+catch-up (the thread, a drain, the final catch-up: every write of a reopened sink) asks
+the sink the same question before it writes such a batch (:meth:`SpooledReplays.refusal`): the same
 :func:`fanout.steps.replay.unproven_sinks`, the same refusal with the same ways on, the
 same ``accept_lost_targets``. A backfilled batch is in no spool: its catch-up write is
 noted in the ledger instead (:mod:`fanout.ledger.begun`), and a later run's catch-up asks

@@ -1,7 +1,7 @@
-"""The catch-up's note before it writes a backfilled batch (fanout.steps.catchup
-``_note_backfill``, :mod:`fanout.ledger.begun`): such a batch is in no spool, so the note
-is a ``begun`` ledger row; a process killed in that write leaves the next run no replay of
-Spark's to go by, and the note makes that run's catch-up ask the sink
+"""The catch-up's note before it writes a backfilled batch (fanout.steps.catchup_notes
+``ReplayNotes._note_backfill``, :mod:`fanout.ledger.begun`): such a batch is in no spool,
+so the note is a ``begun`` ledger row; a process killed in that write leaves the next run
+no replay of Spark's to go by, and the note makes that run's catch-up ask the sink
 (:meth:`fanout.steps.replay_lag.SpooledReplays.backfill_refusal`) before writing the batch
 again; the run that wrote the note retries on without asking. Readers of marks and
 ``fanout status`` ignore the rows. Fake sinks, memory and Delta ledgers. The real Spark

@@ -1,8 +1,8 @@
-"""The catch-up's note before it writes a spooled batch (fanout.steps.catchup
-``_note_write``, :meth:`fanout.spool.table.Spool.note_replayed`): a process killed in that
-write leaves the next run no replay of Spark's to go by, so the note makes that run's
-catch-up ask the sink (:mod:`fanout.steps.replay_lag`) before writing the batch again;
-the run that wrote the note retries on without asking. And a doubted replay is recorded
+"""The catch-up's note before it writes a spooled batch (fanout.steps.catchup_notes
+``ReplayNotes.note_write``, :meth:`fanout.spool.table.Spool.note_replayed`): a process
+killed in that write leaves the next run no replay of Spark's to go by, so the note makes
+that run's catch-up ask the sink (:mod:`fanout.steps.replay_lag`) before writing the batch
+again; the run that wrote the note retries on without asking. And a doubted replay is recorded
 only for the sinks its earlier attempt could have written (:func:`may_hold`). Fake sinks
 and frames, a memory ledger, a real spool (delta-rs). The real Spark and Delta paths, a
 driver SIGKILLed in its catch-up write: plugins/fanout-delta/tests/test_catchup_killed.py."""

@@ -223,15 +223,16 @@ def test_the_next_fan_out_says_once_at_its_start_which_write_holds_the_sink_and_
 def test_a_sink_writer_is_kept_while_a_catch_up_can_write_the_sink_and_dropped_after(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``catchup._writers`` holds its entries weakly: one stays while the closed FanOut's
+    """``catchup_writers._writers`` holds its entries weakly: one stays while the closed FanOut's
     thread writes the sink (its FanOut collected: the next FanOut shares its lock) and
     goes once no catch-up of the sink is left (the old dict kept every one for the
     process's life)."""
-    from fanout.steps import catchup
+    from fanout.steps import catchup_writers
 
     def entries() -> list[tuple[str, str, str]]:
         gc.collect()
-        return [k for k in catchup._writers.keys() if k[0] == "twice" and str(tmp_path) in k[1]]
+        found = catchup_writers._writers.keys()
+        return [k for k in found if k[0] == "twice" and str(tmp_path) in k[1]]
 
     left = Left(tmp_path)
     left.first = None
@@ -239,7 +240,7 @@ def test_a_sink_writer_is_kept_while_a_catch_up_can_write_the_sink_and_dropped_a
     assert key[2] == "slow"
     second = left.fan_out(CheckThenWriteSink("slow", left.target), 3600)
     try:
-        assert second.catchup._writers["slow"] is catchup._writers[key]
+        assert second.catchup._writers["slow"] is catchup_writers._writers[key]
     finally:
         second.close()
     del second
@@ -269,19 +270,19 @@ def test_a_catch_up_is_never_told_its_own_write_is_an_earlier_fan_outs(
     set ``writing`` (here: by a writer that asks then, as a concurrent drain would), it
     must not take that write for an earlier FanOut's and tell the operator to end the
     process (before: ``last`` was set after ``writing``, still naming no catch-up)."""
-    from fanout.steps import catchup
+    from fanout.steps import catchup_writers
 
     asked: list[str] = []
     fans: list[FanOut] = []
 
-    class Watched(catchup.SinkWriter):
+    class Watched(catchup_writers.SinkWriter):
         def __setattr__(self, name: str, value: Any) -> None:
             super().__setattr__(name, value)
             if name == "writing" and value is not None and fans:
                 asked.append(str(value))
                 fans[0].catchup._tell_waiting("slow")  # a drain reading it now
 
-    monkeypatch.setattr(catchup, "SinkWriter", Watched)
+    monkeypatch.setattr(catchup_writers, "SinkWriter", Watched)
     frames = {0: SchemaFrame([10, 11, 12])}
     slow = ScriptedSink("slow", always_fail=SinkWriteError("down", sink="slow"))
     fan = FanOut(
