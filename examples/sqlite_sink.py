@@ -24,17 +24,19 @@ import pyarrow as pa
 from fanout import (
     Batch,
     ConfigurationError,
+    Reads,
     SchemaMismatchError,
     Sink,
     SinkContext,
+    SinkOption,
     SinkResult,
     SinkWriteError,
     hookimpl,
+    txn_app_id,
 )
-from fanout.contract.batch import txn_app_id
+
+# The dead-letter parts a sink of its own uses (README, "Dead letters"):
 from fanout.contract.dead_letters import DeadLetter, DeadLetterTarget, letter_rows
-from fanout.contract.options import SinkOption
-from fanout.contract.sink import Reads
 from fanout.deadletters.moved import write_letters
 
 PROGRESS = "_fanout_progress"  # one row per (app id, batch id) committed, with its letters
@@ -84,16 +86,10 @@ class SqliteSink(Sink):
                 f"{Path(self.database).parent} does not exist; create it"
             )
         self._letters = context.dead_letters
-        if context.checking:  # fanout validate: change nothing
-            if not Path(self.database).exists():
-                context.would(f"create SQLite database {self.database}")
-            return
-        with self._connect() as db:
-            db.execute(
-                f"CREATE TABLE IF NOT EXISTS {PROGRESS} (app_id TEXT NOT NULL, batch_id INTEGER"
-                " NOT NULL, rows INTEGER NOT NULL, letters TEXT NOT NULL,"
-                " PRIMARY KEY (app_id, batch_id))"
-            )
+        if context.checking and not Path(self.database).exists():  # fanout validate
+            context.would(f"create SQLite database {self.database} at the first batch")
+        # Nothing is created here (the database, its tables): the first write does, in its
+        # transaction, so a run refused before its first batch leaves no trace.
 
     def _connect(self) -> sqlite3.Connection:
         # One connection per write: sqlite3 connections belong to their thread, and fanout
@@ -110,6 +106,11 @@ class SqliteSink(Sink):
         db = self._connect()
         try:
             db.execute("BEGIN IMMEDIATE")  # the write lock, before reading the progress row
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS {PROGRESS} (app_id TEXT NOT NULL, batch_id INTEGER"
+                " NOT NULL, rows INTEGER NOT NULL, letters TEXT NOT NULL,"
+                " PRIMARY KEY (app_id, batch_id))"
+            )
             done = db.execute(
                 f"SELECT rows, letters FROM {PROGRESS} WHERE app_id = ? AND batch_id = ?",
                 (key.app_id, key.version),

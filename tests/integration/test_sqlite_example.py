@@ -109,6 +109,7 @@ def test_holds_batch_answers_from_the_progress_rows_and_the_table(tmp_path: Path
 
     database = tmp_path / "target.db"
     sink = open_sink(SqliteSink("s", database=str(database), table="rows"), "p")
+    assert not database.exists()  # open() creates nothing (README's checklist): the write does
     assert sink.holds_batch("p", 0, 0) is False
     sink.write(make_batch([{"id": 1, "v": "a"}], pipeline="p", sink_name="s"))
     assert [sink.holds_batch("p", 0, 0), sink.holds_batch("p", 1, 0)] == [True, False]
