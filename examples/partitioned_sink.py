@@ -67,7 +67,7 @@ class PartitionedFilesSink(PartitionedSink):
 
     def partition_writer(self, batch: Batch, plan: PartitionPlan | None) -> FileWriter:
         assert plan is not None  # membership is kept: committed partitions are skipped
-        # created at the first write, not in open() (README, 'Reference: the sink contract')
+        # created at the first write, not in open() (docs/writing-sinks.md: open())
         Path(self.directory).mkdir(parents=True, exist_ok=True)
         return FileWriter(self.directory, batch.idempotency_key.token, plan, route_mark(batch))
 

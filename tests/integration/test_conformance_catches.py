@@ -289,7 +289,7 @@ CATCHES = {
         "refused row's hand-over: killed after the commit), the dead-letter target holds [] "
         "(row id, source), expected [(None, 'refused')] once: a replay that finds the batch "
         "committed hands over again the rows it refused, as recorded with that commit (the "
-        "target keeps them once; README, 'Writing a sink plugin': Dead letters)",
+        "target keeps them once; docs/writing-sinks.md: Dead letters)",
         dead_letter=True,
     ),
     # the same for the refused-row check (refused_value): its replay found the first
@@ -301,7 +301,7 @@ CATCHES = {
         "was lost (and its refused row's hand-over: killed after the commit), the dead-letter "
         "target holds [] (row id, source), expected [(2, 'refused')] once: a replay that finds "
         "the batch committed hands over again the rows it refused, as recorded with that "
-        "commit (the target keeps them once; README, 'Writing a sink plugin': Dead letters)",
+        "commit (the target keeps them once; docs/writing-sinks.md: Dead letters)",
         raises=pytest.fail.Exception,
         case={"refused_value": "refused"},
         dead_letter=True,
@@ -410,7 +410,7 @@ CATCHES = {
         "SinkUnderTest(dead_letter=...) is given, but sink type 'token_files' takes no "
         "dead_letter option (its options: directory, columns): declare one, "
         'SinkOption("dead_letter", "none", ...) and a keyword `dead_letter: str | None = '
-        "None` stored as self.dead_letter (README, 'Writing a sink plugin': Dead letters), or "
+        "None` stored as self.dead_letter (docs/writing-sinks.md: Dead letters), or "
         "leave dead_letter out of SinkUnderTest to skip the dead-letter checks",
         raises=pytest.fail.Exception,
         dead_letter=True,

@@ -8,7 +8,10 @@ from pathlib import Path
 import fanout
 from fanout.hooks import specs as hookspecs
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+SINK_GUIDE = (ROOT / "docs" / "writing-sinks.md").read_text()
+"""The plugin author's reference, moved out of the README's "Writing a sink plugin"."""
 HOOKS = [
     name
     for name, _ in inspect.getmembers(hookspecs, inspect.isfunction)
@@ -26,9 +29,25 @@ def test_every_hook_has_a_docstring_with_its_parameters() -> None:
             assert f":param {parameter}:" in doc, f"{name} does not document {parameter}"
 
 
-def test_every_hook_is_named_in_the_readme() -> None:
+def test_every_hook_is_named_in_the_plugin_authors_docs() -> None:
     for name in HOOKS:
-        assert f"`{name}`" in README, name
+        assert f"`{name}`" in README + SINK_GUIDE, name
+
+
+def test_the_sink_guide_shows_the_partitioned_example_verbatim() -> None:
+    example = (ROOT / "examples" / "partitioned_sink.py").read_text()
+    assert "```python\n" + example + "```" in SINK_GUIDE
+
+
+def test_the_readme_links_each_section_of_the_sink_guide() -> None:
+    anchors = [
+        "#" + "".join(c for c in line[3:].lower().replace(" ", "-") if c.isalnum() or c in "-_")
+        for line in SINK_GUIDE.splitlines()
+        if line.startswith("## ")
+    ]
+    assert len(anchors) == 5
+    for anchor in anchors:
+        assert f"(docs/writing-sinks.md{anchor})" in README, anchor
 
 
 def test_every_public_name_has_a_docstring() -> None:

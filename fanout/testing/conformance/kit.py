@@ -69,8 +69,8 @@ class Kit:
                     f"{case.config.get('type')!r} takes no dead_letter option (its options: "
                     f"{', '.join(_options_of(case)) or 'none'}): declare one, "
                     'SinkOption("dead_letter", "none", ...) and a keyword '
-                    "`dead_letter: str | None = None` stored as self.dead_letter (README, "
-                    "'Writing a sink plugin': Dead letters), or leave dead_letter out of "
+                    "`dead_letter: str | None = None` stored as self.dead_letter "
+                    "(docs/writing-sinks.md: Dead letters), or leave dead_letter out of "
                     "SinkUnderTest to skip the dead-letter checks"
                 )
             raise

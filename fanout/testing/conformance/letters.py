@@ -87,7 +87,7 @@ class DeadLetterChecks(Kit):
                 + f", the dead-letter target holds {letters} (row id, source), expected [(None, "
                 "'refused')] once: a replay that finds the batch committed hands over again the "
                 "rows it refused, as recorded with that commit (the target keeps them once; "
-                "README, 'Writing a sink plugin': Dead letters)"
+                "docs/writing-sinks.md: Dead letters)"
             )
 
     def test_rows_failing_the_route_go_to_the_dead_letter_target(
@@ -138,7 +138,7 @@ class DeadLetterChecks(Kit):
                 + f", the dead-letter target holds {letters} (row id, source), expected [(2, "
                 "'refused')] once: a replay that finds the batch committed hands over again the "
                 "rows it refused, as recorded with that commit (the target keeps them once; "
-                "README, 'Writing a sink plugin': Dead letters)"
+                "docs/writing-sinks.md: Dead letters)"
             )
 
     def test_a_route_changed_between_a_partial_attempt_and_its_replay(
