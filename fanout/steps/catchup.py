@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,7 +46,7 @@ from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.spool.index import BatchKey
 from fanout.steps.catchup_notes import ReplayNotes
 from fanout.steps.catchup_read import CatchUpReader
-from fanout.steps.catchup_writers import _current_lock, replace_current, sink_writer
+from fanout.steps.catchup_writers import registry_lock, sink_writer
 from fanout.steps.lag import Backlog, Lagging
 from fanout.steps.record import Recorder
 from fanout.steps.replay_lag import SpooledReplays
@@ -146,7 +147,10 @@ class CatchUp:
         :func:`fanout.ledger.entry.ledger_key`), stopping the one before it: a ``FanOut``
         of the same pipeline that was not closed (a notebook's re-run cell, a restarted
         query) would otherwise go on writing and releasing the spool beside this one."""
-        previous = replace_current(self.lagging.pipeline, ledger_key(self.lagging.ledger), self)
+        key = (self.lagging.pipeline, ledger_key(self.lagging.ledger))
+        with registry_lock:
+            previous = _current.get(key)
+            _current[key] = self
         if previous is not None and previous is not self and not previous._stop.is_set():
             log.warning(
                 "pipeline %s: a FanOut of this pipeline (ledger %s) was not closed; stopping "
@@ -373,7 +377,7 @@ class CatchUp:
         key, since = writer.writing, writer.since
         if key is None or writer.last is self._token:
             return  # between two writes, or this catch-up's own write (the thread's)
-        with _current_lock:
+        with registry_lock:
             if (sink, key) in self._told_waiting:
                 return
             self._told_waiting.add((sink, key))
@@ -419,7 +423,7 @@ class CatchUp:
     def _wait_for_settling(self, sink: str, key: BatchKey) -> None:
         """Say once per (sink, batch) that ``sink``'s next batch waits for Spark to settle
         it (:meth:`fanout.steps.lag.Lagging.settled`)."""
-        with _current_lock:
+        with registry_lock:
             if (sink, key) in self._waiting:
                 return
             self._waiting.add((sink, key))
@@ -568,7 +572,7 @@ class CatchUp:
         batch runs.
         ``info``: the batch's context when known (a backfilled batch's, from its source's
         mark); else the spool's, or the bare batch."""
-        with _current_lock:
+        with registry_lock:
             if sink in self._told_lost:
                 return
             self._told_lost.add(sink)
@@ -619,3 +623,8 @@ def _wait(seconds: float, stop: Callable[[], bool]) -> bool:
             return True
         time.sleep(min(left, 0.2))
     return False
+
+
+_current: weakref.WeakValueDictionary[tuple[str, str], CatchUp] = weakref.WeakValueDictionary()
+"""The catch-up of each pipeline and ledger in this process (:meth:`CatchUp.take_over`),
+under :data:`fanout.steps.catchup_writers.registry_lock`."""

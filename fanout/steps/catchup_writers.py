@@ -1,34 +1,20 @@
-"""The catch-up's registries in this process: the one writer of each sink (:class:`SinkWriter`,
-one per pipeline, ledger and sink) and the one catch-up of each pipeline and ledger
-(:func:`replace_current`), shared by every :class:`fanout.steps.catchup.CatchUp` of the
+"""The one writer of each sink's catch-up in this process (:class:`SinkWriter`, one per
+pipeline, ledger and sink), shared by every :class:`fanout.steps.catchup.CatchUp` of the
 pipeline (docs/architecture.md §14.4, "One writer of a sink per process").
 
-``_current_lock`` guards both, and the catch-up's own once-said sets.
+:data:`registry_lock` guards it, the catch-up's registry of the process's catch-ups
+(``fanout.steps.catchup._current``) and the catch-up's own once-said sets.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import TypeVar, cast
 
 from fanout.spool.index import BatchKey
 
-Current = TypeVar("Current")
-
-_current: weakref.WeakValueDictionary[tuple[str, str], object] = weakref.WeakValueDictionary()
-"""The catch-up of each pipeline and ledger in this process (:func:`replace_current`)."""
-_current_lock = threading.Lock()
-
-
-def replace_current(pipeline: str, ledger: str, catchup: Current) -> Current | None:
-    """Make ``catchup`` the process's catch-up of ``pipeline`` with the ledger ``ledger``
-    (:func:`fanout.ledger.entry.ledger_key`); the one it replaces, if any
-    (:meth:`fanout.steps.catchup.CatchUp.take_over`)."""
-    with _current_lock:
-        previous = _current.get((pipeline, ledger))
-        _current[(pipeline, ledger)] = catchup
-    return cast("Current | None", previous)
+registry_lock = threading.Lock()
+"""Guards :data:`_writers`, the registry of catch-ups and the catch-ups' once-said sets."""
 
 
 class SinkWriter:
@@ -61,7 +47,7 @@ def sink_writer(pipeline: str, ledger: str, sink: str) -> SinkWriter:
     """The process's :class:`SinkWriter` of ``sink`` in ``pipeline`` with the ledger
     ``ledger`` (:func:`fanout.ledger.entry.ledger_key`: one ledger however spelled), while
     a :class:`fanout.steps.catchup.CatchUp` holds it (:data:`_writers`)."""
-    with _current_lock:
+    with registry_lock:
         writer = _writers.get((pipeline, ledger, sink))
         if writer is None:
             writer = _writers[(pipeline, ledger, sink)] = SinkWriter()
