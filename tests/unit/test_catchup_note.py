@@ -81,8 +81,10 @@ def test_the_catch_up_notes_its_write_and_the_run_that_noted_it_retries_unasked(
         assert _kept(fan) == [(1, ["k"], ["k"])]  # noted before the write began
         assert _index(tmp_path) == [(1, "k", False), (1, "k", True)]
         assert k.calls == [(1, 1), (1, 1)]  # live, then the catch-up's attempt
+        assert fan.catchup._notes._noted == {("k", (0, 1))}
         k.always_fail = None
         assert fan.catchup.drain("k", until=lambda: False) is None  # this process: retried
+        assert fan.catchup._notes._noted == set()  # marked: forgotten, the set stays small
         assert k.calls == [(1, 1), (1, 1), (1, 1)]
         assert k.asked == [("holds", 0, 0)]  # the run's lost-target check; batch 1: not asked
         assert fan.lagging.release_held() == 1

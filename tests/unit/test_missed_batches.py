@@ -485,6 +485,30 @@ def test_a_skip_without_the_spool_made_while_the_pipeline_runs_keeps_the_batches
     assert set(fan.lagging._release._given_up) == {("down", (0, 0)), ("down", (0, 1))}
 
 
+def test_the_batches_a_catch_up_wrote_leave_the_spool_without_a_ledger_scan(
+    tmp_path: Path,
+) -> None:
+    """Whether a skip made without the spool holds a batch is read from the ledger only for
+    the batches the running process did not see committed: those its catch-up wrote are
+    released on what it saw (SpoolRelease.wrote), with no scan of the ledger's marks."""
+    ledger, spool = _CountingLedger(), str(tmp_path / "spool")
+    down = ScriptedSink("down", always_fail=SinkWriteError("refused", sink="down"))
+    fan = _failing_over(ledger, spool, down)
+    try:
+        _catch_up_from_memory(fan)
+        for batch in range(3):  # "down" lags from batch 0: 0-2 spooled
+            fan.process(FRAMES[batch], BatchInfo("gap", batch, "q"))
+        down.always_fail = None
+        scans = ledger.scans
+        fan.catch_up(timeout_s=30)  # writes 0-2, then releases them
+        scans = ledger.scans - scans
+    finally:
+        fan.close()
+    assert [b for b, _ in down.calls[-3:]] == [0, 1, 2]
+    assert list(_opened(spool).batches()) == []
+    assert scans == 0
+
+
 def test_status_names_the_batches_a_skip_without_the_spool_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
