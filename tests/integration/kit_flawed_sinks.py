@@ -8,13 +8,17 @@ it dead-lettered and never hand it to the dead-letter target, or not again on a 
 one
 calling a rewrite harmless that holds the rows twice, one naming a deterministic column
 the batch lacks, ones fencing an epoch wrong (one refusing the fenced write with a
-BaseException), and an upsert by ``id`` doing both right."""
+BaseException), one letting its SQLite driver refuse a new column and one refusing it by a
+SchemaMismatchError naming none, ones whose ``holds_batch`` answers ``False`` or ``True``
+for every batch, one using in ``write()`` a SQLite connection made in ``open()`` (bound to
+that thread), and an upsert by ``id`` doing both right."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +119,22 @@ class HoldsByBatchId(TokenFiles):
 
     def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool:
         return any(Path(self.directory).glob(f"*~{batch_id:012d}.jsonl"))
+
+
+class HoldsByAFileNeverWritten(TokenFiles):
+    """Answers ``holds_batch`` by a file named by the batch id, which ``write()`` never
+    makes (it names files by token): ``False`` for every batch, also one it holds."""
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool:
+        return (Path(self.directory) / f"{epoch}-{batch_id}.jsonl").exists()
+
+
+class HoldsEveryBatch(TokenFiles):
+    """Answers ``holds_batch`` ``True`` once its directory holds any batch's file, whatever
+    batch is asked about."""
+
+    def holds_batch(self, pipeline: str, epoch: int, batch_id: int) -> bool:
+        return any(Path(self.directory).glob("*.jsonl"))
 
 
 class HoldsAPart(TokenFiles):
@@ -245,12 +265,61 @@ class RefusedNotHandedAgain(NullKeyLettersNotHandedAgain):
         return bool(row["v"] == "refused")
 
 
+class DriverRefusesNewColumn(TokenFiles):
+    """Inserts each batch into a SQLite table of ``id`` and ``v`` too (a connection per
+    write), letting the driver refuse a new column: ``sqlite3.OperationalError`` ("table t
+    has no column named extra"), which fanout wraps as a ``SinkWriteError``."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        table = batch.arrow()
+        db = sqlite3.connect(Path(self.directory) / "rows.db", isolation_level=None)
+        try:
+            db.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER, v TEXT)")
+            names = ", ".join(table.column_names)
+            marks = ", ".join("?" for _ in table.column_names)
+            db.executemany(f"INSERT INTO t ({names}) VALUES ({marks})",
+                           [tuple(row.values()) for row in table.to_pylist()])  # fmt: skip
+        finally:
+            db.close()
+        return super().write(batch)
+
+
+class ConnectsInOpen(TokenFiles):
+    """Connects to its SQLite progress database in ``open()`` and uses that connection in
+    ``write()``: a ``sqlite3`` connection serves only the thread that created it."""
+
+    def open(self, context: SinkContext) -> None:
+        super().open(context)
+        self.db = sqlite3.connect(Path(self.directory) / "progress.db", isolation_level=None)
+        self.db.execute("CREATE TABLE IF NOT EXISTS progress (token TEXT PRIMARY KEY)")
+
+    def write(self, batch: Batch) -> SinkResult:
+        token = batch.idempotency_key.token
+        self.db.execute("INSERT OR IGNORE INTO progress VALUES (?)", (token,))
+        return super().write(batch)
+
+    def close(self) -> None:
+        self.db.close()
+
+
 class NewColumnUnnamed(TokenFiles):
     """Refuses a batch with a column beyond ``id`` and ``v`` without naming it."""
 
     def write(self, batch: Batch) -> SinkResult:
         if batch.arrow().column_names != ["id", "v"]:
             raise SinkWriteError("unexpected columns", sink=self.name, batch_id=batch.batch_id)
+        return super().write(batch)
+
+
+class NewColumnMismatchUnnamed(TokenFiles):
+    """Refuses a batch with a column beyond ``id`` and ``v`` by a ``SchemaMismatchError``
+    naming no column."""
+
+    def write(self, batch: Batch) -> SinkResult:
+        if batch.arrow().column_names != ["id", "v"]:
+            raise SchemaMismatchError(
+                "unexpected columns", sink=self.name, batch_id=batch.batch_id, columns=[]
+            )
         return super().write(batch)
 
 
@@ -515,7 +584,11 @@ def fanout_sink_types() -> dict[str, type[Sink]]:
     return {"token_files": TokenFiles, "batch_id_files": BatchIdFiles,
             "appending_file": AppendingFile, "counts_one_too_few": CountsOneTooFew,
             "writes_on_empty": WritesOnEmpty, "holds_by_batch_id": HoldsByBatchId,
-            "holds_a_part": HoldsAPart, "identity_blind": IdentityBlind,
+            "holds_a_part": HoldsAPart, "holds_by_a_file_never_written": HoldsByAFileNeverWritten,
+            "holds_every_batch": HoldsEveryBatch,
+            "driver_refuses_new_column": DriverRefusesNewColumn,
+            "new_column_mismatch_unnamed": NewColumnMismatchUnnamed,
+            "connects_in_open": ConnectsInOpen, "identity_blind": IdentityBlind,
             "replaced_when_empty": ReplacedWhenEmpty, "records_always_gone": RecordsAlwaysGone,
             "null_key_unnamed": NullKeyUnnamed,
             "null_key_dropped": NullKeyDropped, "null_key_counted_twice": NullKeyCountedTwice,

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from fanout.errors import BatchFailedError
 from fanout.testing.conformance import SinkConformance, SinkUnderTest
 from tests.integration import kit_flawed_sinks
 from tests.integration.kit_flawed_sinks import read_rows
@@ -100,6 +101,14 @@ _HOLDS = (
     "target not created yet holds nothing), None only when the sink cannot tell at all"
 )
 _ONCE = [(i, f"v{i}") for i in range(4)]
+_RAISE_MISMATCH = (
+    "raise SchemaMismatchError(message, sink=self.name, batch_id=batch.batch_id, "
+    "columns=[...]) (from fanout import SchemaMismatchError) naming the columns the target "
+    "lacks, in columns and in the message; implementing check_schema(schema) too, raising "
+    "SchemaMismatchError(message, sink=self.name, columns=[...]) (no batch_id there), lets "
+    "`fanout validate` refuse such a source before any batch is written "
+    "(docs/writing-sinks.md: check_schema)"
+)
 
 
 def _null_key(kind: str, message: str, *, dead_letter: bool = False) -> Catch:
@@ -135,8 +144,8 @@ CATCHES = {
         f"the target holds ids {sorted(list(range(6)) * 2)}, expected [0, 1, 2, 3, 4, 5], "
         "after the replay of a batch it had written whose ledger mark was lost: write() must "
         "find the record it keeps of batch.idempotency_key and return SinkResult(rows, "
-        "already_written=True) without writing, or write idempotently (README, 'Writing a "
-        "sink plugin')",
+        "already_written=True) without writing, or write idempotently (docs/writing-sinks.md: "
+        "write(batch))",
         first_line=True,
     ),
     # pytest rewrites the suite's asserts too (fanout.testing registers it): a check without
@@ -225,11 +234,59 @@ CATCHES = {
     "a_new_column_refused_without_its_name_is_told_to_name_it": Catch(
         "new_column_unnamed",
         SinkConformance.test_schema_drift,
-        "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink refused "
-        "it with an error that does not name the column: SinkWriteError(\"sink 'under_test', "
-        'batch 1: unexpected columns"); raise SchemaMismatchError(message, sink=self.name, '
-        "batch_id=batch.batch_id, columns=[...]) with the column's name in the message",
+        "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink's "
+        "write() refused it with SinkWriteError(\"sink 'under_test', batch 1: unexpected "
+        "columns\"), not a SchemaMismatchError: a driver's error reaches the operator as a "
+        "failed write, not as a schema mismatch naming the columns. Compare the batch's "
+        f"columns with the target's in write() and {_RAISE_MISMATCH}",
         raises=pytest.fail.Exception,
+    ),
+    # a driver's error naming the column ("table t has no column named extra", wrapped by
+    # fanout as a SinkWriteError naming sink and batch) passed as the refusal asked for
+    "a_new_column_refused_by_the_drivers_error_is_told_to_raise_schema_mismatch": Catch(
+        "driver_refuses_new_column",
+        SinkConformance.test_schema_drift,
+        "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink's "
+        "write() refused it with SinkWriteError(\"sink 'under_test', batch 1: "
+        'OperationalError: table t has no column named extra"), not a SchemaMismatchError: '
+        "a driver's error reaches the operator as a failed write, not as a schema mismatch "
+        "naming the columns. Compare the batch's columns with the target's in write() and "
+        f"{_RAISE_MISMATCH}",
+        raises=pytest.fail.Exception,
+    ),
+    "a_schema_mismatch_without_the_column_is_told_to_name_it": Catch(
+        "new_column_mismatch_unnamed",
+        SinkConformance.test_schema_drift,
+        "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink refused "
+        "it with a SchemaMismatchError that does not name the column: SchemaMismatchError("
+        "\"sink 'under_test', batch 1: unexpected columns\") (columns=[]); "
+        f"{_RAISE_MISMATCH}",
+        raises=pytest.fail.Exception,
+    ),
+    # a holds_batch answering False for a batch it holds failed the new-epoch check with
+    # fanout's TargetLostError, an operator's "target lost ... restore it"
+    "a_holds_batch_false_about_its_last_mark_is_told_so_not_that_the_target_was_lost": Catch(
+        "holds_by_a_file_never_written",
+        SinkConformance.test_a_new_epoch_writes_beside_the_old_one,
+        "FanOut refused batch 0 with TargetLostError: at a run's first batch fanout asks the "
+        "sink whether its target still holds the last batch the ledger marks written "
+        "(docs/writing-sinks.md: holds_batch), and holds_batch returned False about batch 0 "
+        "of epoch 0, which the kit wrote to this target and left as it was: expected True "
+        f"(False says the target was deleted or replaced, and refuses the run): {_HOLDS}",
+        first_line=True,
+    ),
+    # and one answering True for a batch never written, with UnmarkedBatchError's "the
+    # driver died in between ... fanout recover"
+    "a_holds_batch_true_about_a_batch_never_written_is_told_so_not_that_it_is_unmarked": Catch(
+        "holds_every_batch",
+        SinkConformance.test_a_new_epoch_writes_beside_the_old_one,
+        "FanOut refused batch 0 of a new epoch with UnmarkedBatchError: when a checkpoint "
+        "reset starts a new epoch fanout asks the sink whether it holds the batch after its "
+        "last mark (docs/writing-sinks.md: holds_batch), and holds_batch returned True about "
+        "batch 1 of epoch 0, which the kit never wrote: expected False (True or a PartlyHeld "
+        "says the sink wrote it and the driver died before its mark, and refuses the new "
+        f"epoch): {_HOLDS}",
+        first_line=True,
     ),
     # a sink whose harmless_rewrite() gives a reason lets a new epoch start over a batch it
     # holds whose mark was lost, and writes the batch again: the kit never checked that the
@@ -425,6 +482,38 @@ def test_the_suite_fails_a_flawed_sink_saying_what_to_do(
     message = catch.failure(spark, tmp_path, *([caplog] if catch.secret else []))
     expected = catch.message.replace("{tmp_path}", str(tmp_path))
     assert (message.splitlines()[0] if catch.first_line else message) == expected
+
+
+def test_a_client_made_in_open_fails_the_thread_check_saying_why(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A sqlite3 connection made in open() and used in write(): a FanOut of that sink alone
+    wrote on open()'s thread and the kit passed it; beside a second sink every write
+    failed. The thread check fails it saying so; the write on open()'s thread landed."""
+    suite, case = _suite_and_case("connects_in_open", tmp_path)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        suite.test_write_runs_on_another_thread_than_open(spark, case, tmp_path)
+    assert re.sub(r"thread id \d+", "thread id N", str(failed.value)) == (
+        "write() of batch 1, called on another thread than the one that ran open() (a FanOut "
+        "of several sinks writes each in a thread of a pool made for the batch), failed: "
+        "SinkWriteError(\"sink 'under_test', batch 1: ProgrammingError: SQLite objects "
+        "created in a thread can only be used in that same thread. The object was created in "
+        "thread id N and this is thread id N.\"); batch 0, written on open()'s thread, did "
+        "not. A client bound to the thread that created it (a sqlite3 connection) cannot be "
+        "made in open() and used in write(): make it in write() (one per write, or one per "
+        "thread, e.g. in a threading.local), as docs/writing-sinks.md says (write(batch))"
+    )
+    assert case.ids() == [1]
+
+
+def test_every_check_writes_off_the_thread_of_open(spark: Any, tmp_path: Path) -> None:
+    """Not only the thread check: a replay check fails the same sink too, its write
+    refused off open()'s thread (the kit's FanOut processes each batch in a thread of its
+    own)."""
+    suite, case = _suite_and_case("connects_in_open", tmp_path)
+    with pytest.raises(BatchFailedError) as failed:
+        suite.test_replay_of_a_marked_batch_is_skipped(spark, case, tmp_path)
+    assert "SQLite objects created in a thread" in str(failed.value.failures["under_test"])
 
 
 def test_a_holds_batch_checking_its_target_passes_the_deleted_target_check(

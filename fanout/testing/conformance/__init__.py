@@ -18,11 +18,15 @@ checks, with the real sink and exact contents::
             )
 
 Batches have two columns, ``id BIGINT`` and ``v STRING``; ``read`` returns the target's
-rows as mappings holding at least ``id``. The checks: a driver (a real subprocess) dying
+rows as mappings holding at least ``id``. Every batch is processed in a thread of its own, so
+``write()`` runs on another thread than ``open()``, as beside other sinks. The checks:
+``write()`` off ``open()``'s thread as on it (a client bound to its thread, made in
+``open()``, fails); a driver (a real subprocess) dying
 between the sink's write and its ledger mark (``os._exit`` at that point: no ``finally``, no
 ``atexit``, nothing flushed, as ``kill -9`` leaves it), then the replay; the replay of
 a marked batch (skipped) and of an unmarked one (no duplicate); an empty batch; schema
-drift (a new column: refused naming it, or written, as the sink declares); null keys
+drift (a new column: refused by a :class:`fanout.SchemaMismatchError` naming it, or
+written, as the sink declares); null keys
 (refused naming the column, or dead-lettered once, also by a replay after a kill between
 the commit and the hand-over: never dropped); rows failing a route go to the dead-letter
 target; a route changed between a partial attempt (some pieces committed,
@@ -72,6 +76,7 @@ mark, a new epoch), :mod:`~fanout.testing.conformance.holds` (``holds_batch``,
 ``secret_values`` of a sink not opened among them),
 :mod:`~fanout.testing.conformance.fences` (the epoch fence),
 :mod:`~fanout.testing.conformance.shapes` (an empty batch, schema drift),
+:mod:`~fanout.testing.conformance.threads` (``write()`` off ``open()``'s thread),
 :mod:`~fanout.testing.conformance.letters` (null keys, routes, dead letters) and
 :mod:`~fanout.testing.conformance.secrets`; what a case gives is
 :mod:`~fanout.testing.conformance.case`, what every check stands on
@@ -88,12 +93,14 @@ from fanout.testing.conformance.read_only import ReadOnlyChecks
 from fanout.testing.conformance.replay import ReplayChecks
 from fanout.testing.conformance.secrets import SecretChecks
 from fanout.testing.conformance.shapes import BatchShapeChecks
+from fanout.testing.conformance.threads import ThreadChecks
 
 __all__ = ["NAME", "SCHEMA", "SinkConformance", "SinkUnderTest"]
 
 
 # pytest collects the tests of the last base first (reverse MRO): listed last to first, the
-# suite runs in its order, replays first
+# suite runs in its order: the thread check first (a write failing off open()'s thread
+# fails most checks; it says why), then the replays
 class SinkConformance(
     SecretChecks,
     DeadLetterChecks,
@@ -102,5 +109,6 @@ class SinkConformance(
     ReadOnlyChecks,
     HoldsChecks,
     ReplayChecks,
+    ThreadChecks,
 ):
     """The checks; subclass it and provide the ``under_test`` fixture (module docstring)."""

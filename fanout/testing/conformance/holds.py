@@ -19,6 +19,7 @@ from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import PartlyHeld, Sink
 from fanout.testing.conformance.case import NAME, SinkUnderTest
 from fanout.testing.conformance.kit import Kit, _assert_ids
+from fanout.testing.conformance.refusals import HOLDS_BATCH
 
 
 class HoldsChecks(Kit):
@@ -170,14 +171,6 @@ class HoldsChecks(Kit):
         _assert_rewrite_harmless(_held(under_test), once, reason)
 
 
-_HOLDS = (
-    "holds_batch(pipeline, epoch, batch_id) must look up the record write() keeps of that "
-    "batch's idempotency key (app id txn_app_id(pipeline, self.name, epoch), from "
-    "fanout.contract.batch, version batch_id): True when it finds it, False when not (a "
-    "target not created yet holds nothing), None only when the sink cannot tell at all"
-)
-
-
 def _assert_holds(answer: object, expected: bool, batch: str) -> None:
     """``holds_batch`` answered ``expected`` about ``batch``, else an error saying what to do."""
     if answer is expected:
@@ -189,7 +182,7 @@ def _assert_holds(answer: object, expected: bool, batch: str) -> None:
             "whole batch answer True (fanout records a lost mark only for True)"
         )
     else:
-        hint = _HOLDS
+        hint = HOLDS_BATCH
     raise AssertionError(
         f"holds_batch returned {answer!r} for {batch}, expected {expected}: {hint}"
     )

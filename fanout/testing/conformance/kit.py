@@ -1,23 +1,28 @@
 """What every check of the suite stands on: a pipeline name of the test's own, a
-``FanOut`` of the case's sink, batches of the kit's schema, a ledger that loses a mark,
-and the two asserts most checks end with (the ids the target holds, the rows ``write()``
-counted)."""
+``FanOut`` of the case's sink that calls ``write()`` from another thread than ``open()``'s
+(as a ``FanOut`` of several sinks does), batches of the kit's schema, a ledger that loses a
+mark, and the two asserts most checks end with (the ids the target holds, the rows
+``write()`` counted)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
 from fanout.contract.batch import BatchInfo
-from fanout.errors import ConfigurationError
+from fanout.contract.sessions import spark_threads
+from fanout.contract.sink import SinkResult
+from fanout.errors import BatchFailedError, ConfigurationError
 from fanout.fan_out import FanOut
 from fanout.ledger.delta import DeltaLedger
 from fanout.ledger.entry import LedgerEntry
-from fanout.testing.conformance.case import SCHEMA, SinkUnderTest
+from fanout.testing.conformance.case import NAME, SCHEMA, SinkUnderTest
+from fanout.testing.conformance.refusals import for_the_author
 
 
 class _MarkLost:
@@ -34,6 +39,65 @@ class _MarkLost:
             self.lost = True
             raise OSError("the driver died before the ledger mark")
         return self.inner.mark_committed(entry)
+
+
+class OffThreadFanOut(FanOut):
+    """The kit's ``FanOut``: each :meth:`process` runs in a thread of its own, started for
+    that batch, so the sink's ``write()`` never runs on the thread that ran its ``open()``
+    (the one that built the ``FanOut``). A ``FanOut`` of several sinks writes each in a
+    thread of a pool made for the batch; one of a single sink writes it on the thread that
+    called ``process``, so without this the kit would pass a client bound to ``open()``'s
+    thread that the pipeline's second sink breaks."""
+
+    def process(self, df: Any, info: BatchInfo) -> dict[str, SinkResult]:
+        """:meth:`fanout.fan_out.FanOut.process` in a new thread (its Spark jobs inherit
+        this thread's properties, as the dispatcher's write threads' do); what it returns or
+        raises, here."""
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["result"] = FanOut.process(self, df, info)
+            except BaseException as exc:  # raised again on the caller's thread
+                outcome["error"] = exc
+
+        name = f"conformance-{info.pipeline}-batch-{info.batch_id}"
+        thread = threading.Thread(target=spark_threads(df)(run), name=name)
+        thread.start()
+        thread.join()
+        if "error" in outcome:
+            if isinstance(outcome["error"], BatchFailedError):
+                outcome["error"].add_note(_OFF_THREAD)
+            self._raise(outcome["error"], info)
+        result: dict[str, SinkResult] = outcome["result"]
+        return result
+
+    def process_on_open_thread(self, df: Any, info: BatchInfo) -> dict[str, SinkResult]:
+        """:meth:`fanout.fan_out.FanOut.process` on this thread, the one that ran the
+        sink's ``open()`` (the thread check's comparison)."""
+        try:
+            return FanOut.process(self, df, info)
+        except BaseException as error:
+            self._raise(error, info)
+
+    def _raise(self, error: BaseException, info: BatchInfo) -> NoReturn:
+        """Raise ``error``, or, for fanout's refusal of the batch after a wrong answer of
+        the sink about what it holds, an ``AssertionError`` saying so to its author
+        (:mod:`~fanout.testing.conformance.refusals`)."""
+        try:
+            told = for_the_author(error, self.sinks[NAME], self.ledger, info)
+        except Exception:  # asking again failed: fanout's refusal as it is
+            told = None
+        if told is None:
+            raise error
+        raise AssertionError(told) from error
+
+
+_OFF_THREAD = (
+    "(the kit wrote this batch on a thread of its own, not the one that ran open(), as a "
+    "FanOut of several sinks writes each sink: where the sink's error is its client refusing "
+    "another thread, test_write_runs_on_another_thread_than_open says what to do)"
+)
 
 
 class Kit:
@@ -57,11 +121,11 @@ class Kit:
         observers: Sequence[object] = (),
         fan_options: Mapping[str, Any] | None = None,
         **extra: Any,
-    ) -> FanOut:
+    ) -> OffThreadFanOut:
         try:
-            return FanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0, backoff_s=0,
-                          plugins=[*_modules(case.plugins), *observers],
-                          **dict(fan_options or {}))  # fmt: skip
+            return OffThreadFanOut(self.pipeline, ledger, [case.sink(**extra)], retries=0,
+                                   backoff_s=0, plugins=[*_modules(case.plugins), *observers],
+                                   **dict(fan_options or {}))  # fmt: skip
         except ConfigurationError:
             if "dead_letter" in extra and "dead_letter" not in _options_of(case):
                 pytest.fail(

@@ -96,8 +96,8 @@ class ReplayChecks(Kit):
 _REPLAYED = (
     "after the replay of a batch it had written whose ledger mark was lost: write() must "
     "find the record it keeps of batch.idempotency_key and return SinkResult(rows, "
-    "already_written=True) without writing, or write idempotently (README, 'Writing a sink "
-    "plugin')"
+    "already_written=True) without writing, or write idempotently (docs/writing-sinks.md: "
+    "write(batch))"
 )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fanout.errors import BatchFailedError
+from fanout.errors import BatchFailedError, SchemaMismatchError
 from fanout.testing.conformance.case import NAME, SCHEMA, SinkUnderTest
 from fanout.testing.conformance.kit import Kit, _assert_ids, _assert_rows
 
@@ -53,13 +53,28 @@ class BatchShapeChecks(Kit):
                 "says it refuses it: say schema_drift='writes' if it writes new columns, or "
                 "raise a SchemaMismatchError naming the column"
             )
-        if "extra" not in str(error) or f"sink {NAME!r}, batch 1" not in str(error):
+        if not isinstance(error, SchemaMismatchError):
             pytest.fail(
-                f"{_DRIFT} refused it with an error that does not name the column: {error!r}; "
-                "raise SchemaMismatchError(message, sink=self.name, batch_id=batch.batch_id, "
-                "columns=[...]) with the column's name in the message"
+                f"{_DRIVER} refused it with {error!r}, not a SchemaMismatchError: a driver's "
+                "error reaches the operator as a failed write, not as a schema mismatch "
+                "naming the columns. Compare the batch's columns with the target's in "
+                f"write() and {_RAISE}"
+            )
+        if "extra" not in error.columns or f"sink {NAME!r}, batch 1" not in str(error):
+            pytest.fail(
+                f"{_DRIFT} refused it with a SchemaMismatchError that does not name the "
+                f"column: {error!r} (columns={error.columns!r}); {_RAISE}"
             )
         _assert_ids(under_test, [1], "after batch 1, which added a column, was refused")
 
 
 _DRIFT = "batch 1 added a column 'extra' (id BIGINT, v STRING, extra INT) and the sink"
+_DRIVER = _DRIFT.replace("the sink", "the sink's write()")
+_RAISE = (
+    "raise SchemaMismatchError(message, sink=self.name, batch_id=batch.batch_id, "
+    "columns=[...]) (from fanout import SchemaMismatchError) naming the columns the target "
+    "lacks, in columns and in the message; implementing check_schema(schema) too, raising "
+    "SchemaMismatchError(message, sink=self.name, columns=[...]) (no batch_id there), lets "
+    "`fanout validate` refuse such a source before any batch is written "
+    "(docs/writing-sinks.md: check_schema)"
+)
