@@ -103,6 +103,13 @@ class PluginLoadError(PluginError):
         )
 
 
+class SinkTypeError(PluginError, ConfigurationError):
+    """A sink type its plugin declares wrong (its class, its ``guarantees``, its options),
+    naming the plugin, the type and what to write. Only that type is refused: the
+    plugin's other types load, and a configuration using none of it runs (with a
+    warning); a sink of it is a configuration error (exit 2), before anything starts."""
+
+
 class DuplicatePluginError(PluginLoadError):
     """Two distributions register one entry-point name in the ``fanout`` group; the second
     is not loaded (which one comes first depends on the install order)."""

@@ -50,6 +50,7 @@ from fanout.hooks.registry import (
     load_registry,
     option_names,
     resolve_plugins,
+    warn_of_refused_type,
 )
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
@@ -127,19 +128,35 @@ def sink_self_expanded_options() -> dict[str, list[str]]:
 def load_pipeline(path: str) -> PipelineConfig:
     """The pipeline file at ``path``, checked against the installed sink types and those of
     the modules its top-level ``plugins`` names (imported first: one that does not import
-    is a :class:`fanout.ConfigurationError` naming it and its error), their plugins
-    discovered once."""
+    is a :class:`fanout.ConfigurationError` naming it and its error, as is a sink module
+    of theirs a sink of the file imports), their plugins discovered once. A sink type the
+    file uses that its plugin declares wrong is a :class:`fanout.errors.SinkTypeError` (a
+    configuration error); one it does not use is only logged."""
     file = Path(path)
     data = read(file)
-    registry = file_registry(plugin_names(data), file)
-    types = registry.sink_types()  # each class imported when the file uses its type
-    return parse(
-        data,
-        PerSinkType(types, option_names),
-        file,
-        PerSinkType(types, self_expanded_options),
-        PerSinkType(types, lambda sink_class: sink_class),
-    )
+    own = plugin_names(data)
+    registry = file_registry(own, file)
+    # each class imported when the file uses its type; a refused type the file uses is
+    # its SinkTypeError, said once: only those it does not use are warned of
+    types = registry.sink_types(warn_refused=False)
+    try:
+        config = parse(
+            data,
+            PerSinkType(types, option_names),
+            file,
+            PerSinkType(types, self_expanded_options),
+            PerSinkType(types, lambda sink_class: sink_class),
+        )
+    except PluginLoadError as exc:
+        if exc.plugin_name not in own:  # an installed plugin's: as its import error is
+            raise
+        # a sink module of the file's own plugin, imported when its type is used, is as
+        # much the file's module as the plugin module itself (file_registry)
+        raise ConfigurationError(f"{file}: plugins: {exc}") from exc
+    for sink_type in types.values():
+        if sink_type.refused is not None:
+            warn_of_refused_type(sink_type.refused)
+    return config
 
 
 def file_registry(plugins: Sequence[str], file: str | Path | None = None) -> Registry:
@@ -163,11 +180,13 @@ def _installed_sinks() -> Registry:
 
 
 def _option_names(registry: Registry) -> dict[str, list[str]]:
-    return {name: option_names(t.sink_class) for name, t in registry.sink_types().items()}
+    types = registry.sink_types().items()
+    return {name: option_names(t.sink_class) for name, t in types if t.refused is None}
 
 
 def _self_expanded(registry: Registry) -> dict[str, list[str]]:
-    return {name: self_expanded_options(t.sink_class) for name, t in registry.sink_types().items()}
+    types = registry.sink_types().items()
+    return {name: self_expanded_options(t.sink_class) for name, t in types if t.refused is None}
 
 
 def build_session(config: PipelineConfig) -> Any:

@@ -18,7 +18,10 @@ not opened (``SKIP``), since its ``open()`` might create things. A sink with
 ``on_failure = "lag"`` whose target cannot be reached is a ``WARN``, not a failure: the run
 starts without it, as ``fanout run`` does. A sink may also warn about what a run would go on
 with (:meth:`fanout.SinkContext.warn`: the Kafka sink's marker groups of the current epoch
-gone while the ledger marks batches written): a ``WARN`` line, exit 0.
+gone while the ledger marks batches written): a ``WARN`` line, exit 0. So is an
+at-least-once sink, in the words ``fanout run`` warns with at start
+(:func:`fanout.contract.sink.at_least_once_risk`: for a type declaring no guarantees, how
+to declare them).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any, TextIO
 
 from fanout.app.config import PipelineConfig
 from fanout.contract.locations import command_location
-from fanout.contract.sink import SinkContext
+from fanout.contract.sink import SinkContext, at_least_once_risk
 from fanout.errors import ConfigurationError, SinkUnreachableError, error_with_text
 from fanout.observe.logs import register_secrets
 from fanout.observe.secrets import masked_error
@@ -229,6 +232,8 @@ def _sink_checks(
     sink = spec.sink
     secrets = list(sink.secret_values())
     register_secrets(secrets)  # masked in the log and in what the command prints
+    if (risk := at_least_once_risk(sink)) is not None:  # what `fanout run` warns at start
+        checks.append(Check(f"sink {name}: guarantee", risk, kind="warned", sink=name))
     if not type(sink).read_only_check:
         checks.append(Check(f"sink {name}: opens its target", kind="skipped", sink=name, problem=(
             f"{type(sink).__name__} does not declare read_only_check, so its open() might "

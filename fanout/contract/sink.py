@@ -249,7 +249,8 @@ class Sink:
     """The delivery guarantees this sink type can give, by configuration (the first is
     the default's); ``fanout plugins`` lists them. See :data:`Guarantee`.
 
-    A type that declares none is ``("at_least_once",)``: fanout cannot know that its
+    A type that declares none (leaves it out, or sets ``()``) is ``("at_least_once",)``
+    (:func:`declared_guarantees`): fanout cannot know that its
     :meth:`write` leaves the same state when a batch is written again, so it warns at start
     (with what to do) and ``fanout plugins`` shows ``at_least_once (not declared)``. Declare
     ``("idempotent",)`` or ``("transactional",)`` once it does (it skips a batch its records
@@ -290,7 +291,7 @@ class Sink:
         """What this configured sink promises on a replay; must be one of
         :attr:`guarantees`. Default: the type's first. Override it when an option decides
         (PostgreSQL: ``upsert`` is idempotent, ``append`` transactional)."""
-        return self.guarantees[0]
+        return declared_guarantees(type(self))[0]
 
     @property
     def reads(self) -> Reads:
@@ -715,10 +716,19 @@ def implemented_hooks(sink_class: type[Sink], *, conditions: bool = False) -> li
 
 def declares_guarantees(sink_class: type[Sink]) -> bool:
     """Whether ``sink_class``, or a base of it other than :class:`Sink`, sets
-    :attr:`Sink.guarantees`. One that does not inherits ``("at_least_once",)``: fanout
-    cannot know that its write is idempotent, and says so with
-    :func:`undeclared_guarantees_hint`."""
-    return any("guarantees" in vars(c) for c in sink_class.__mro__ if c is not Sink)
+    :attr:`Sink.guarantees` to at least one. One that does not (or sets ``()``) is
+    ``("at_least_once",)``: fanout cannot know that its write is idempotent, and says so
+    with :func:`undeclared_guarantees_hint`."""
+    declared = any("guarantees" in vars(c) for c in sink_class.__mro__ if c is not Sink)
+    return declared and bool(sink_class.guarantees)
+
+
+def declared_guarantees(sink_class: type[Sink]) -> tuple[Guarantee, ...]:
+    """The guarantees ``sink_class`` can give, the default's first: its
+    :attr:`Sink.guarantees`, or ``("at_least_once",)`` when it sets ``()``, as when it
+    leaves them out (every reader of a type's guarantees asks here, the class is left as
+    its author wrote it)."""
+    return tuple(sink_class.guarantees) or ("at_least_once",)
 
 
 def declaring_class(sink: Sink) -> type[Sink]:
@@ -732,6 +742,20 @@ def declaring_class(sink: Sink) -> type[Sink]:
         seen.add(id(sink))
         sink = sink.wrapped_sink  # type: ignore[attr-defined]
     return type(sink)
+
+
+def at_least_once_risk(sink: Sink) -> str | None:
+    """What an at-least-once sink risks, and, for a type declaring no guarantees, what to
+    do (:func:`undeclared_guarantees_hint`): the warning ``fanout run`` logs at start and
+    ``fanout validate`` prints as a ``WARN`` line, alike. ``None`` for any other sink."""
+    if sink.guarantee != "at_least_once":
+        return None
+    declaring = declaring_class(sink)  # a FlakySink's: the wrapped type's
+    hint = "" if declares_guarantees(declaring) else f"; {undeclared_guarantees_hint(declaring)}"
+    return (
+        f"sink {sink.name!r} is at-least-once: if the driver dies between its write and its "
+        f"ledger mark, the replay can write duplicates{hint}"
+    )
 
 
 def undeclared_guarantees_hint(sink_class: type[Sink]) -> str:

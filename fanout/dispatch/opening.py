@@ -11,9 +11,7 @@ from fanout.contract.sessions import is_connect
 from fanout.contract.sink import (
     Sink,
     SinkContext,
-    declares_guarantees,
-    declaring_class,
-    undeclared_guarantees_hint,
+    at_least_once_risk,
 )
 from fanout.deadletters.moved import checked
 from fanout.deadletters.target import resolve_target
@@ -202,20 +200,11 @@ class SinkOpener:
             # for the next sink's open error, context
             self.secrets = gathered(self.location_secrets, (s.sink for s in self.specs.values()))
             check_route_membership(sink.name, spec.route, sink.deterministic_columns(), spark)
-            if sink.guarantee == "at_least_once":
-                # a type declaring nothing is at-least-once by default: say how to declare
-                declaring = declaring_class(sink)  # a FlakySink's: the wrapped type's
-                hint = (
-                    ""
-                    if declares_guarantees(declaring)
-                    else f"; {undeclared_guarantees_hint(declaring)}"
-                )
+            if (risk := at_least_once_risk(sink)) is not None:
                 log.warning(
-                    "pipeline %s: sink %r is at-least-once: if the driver dies between its "
-                    "write and its ledger mark, the replay can write duplicates%s",
+                    "pipeline %s: %s",
                     self.pipeline,
-                    sink.name,
-                    hint,
+                    risk,
                     extra=batch_fields(self.pipeline, sink=sink.name),
                 )
         check_cores(self.pipeline, self.specs, spark)

@@ -33,6 +33,7 @@ from fanout.contract.options import (
 from fanout.contract.sink import (
     GUARANTEES,
     Sink,
+    declared_guarantees,
     declares_guarantees,
     declaring_class,
     implemented_hooks,
@@ -45,6 +46,7 @@ from fanout.errors import (
     DuplicateSinkTypeError,
     PluginError,
     PluginLoadError,
+    SinkTypeError,
     UnknownSinkTypeError,
     shell_word,
 )
@@ -93,11 +95,16 @@ class SinkType:
 
     A reference is imported, and its class checked, the first time :attr:`sink_class` is
     read (a sink of the type built, its options checked, the type listed with details), so
-    a command using no sink of the type never imports the type's driver libraries."""
+    a command using no sink of the type never imports the type's driver libraries.
+
+    ``refused``: why the class its plugin returned is no valid sink type (its
+    :class:`SinkTypeError`'s text), raised when the class is read: a bad type is refused
+    alone, its plugin's other types still load."""
 
     name: str
     source: type[Sink] | str
     plugin: PluginInfo
+    refused: str | None = None
 
     @functools.cached_property
     def sink_class(self) -> type[Sink]:
@@ -105,9 +112,11 @@ class SinkType:
 
         :raises PluginLoadError: the reference's module does not import (named with the
             plugin and what to do, as a plugin that does not import is).
-        :raises PluginError: the reference names no such class, or the class is no valid
+        :raises SinkTypeError: the reference names no such class, or the class is no valid
             sink type (as a class returned directly is refused).
         """
+        if self.refused is not None:
+            raise SinkTypeError(self.refused)
         if not isinstance(self.source, str):
             return self.source
         sink_class = _import_reference(self.plugin, self.name, self.source)
@@ -125,7 +134,7 @@ class SinkType:
     def guarantees(self) -> tuple[str, ...]:
         """The guarantees the class declares it can give (``at_least_once`` when it declares
         none: :attr:`declared` is then false)."""
-        return tuple(self.sink_class.guarantees)
+        return declared_guarantees(self.sink_class)
 
     @property
     def declared(self) -> bool:
@@ -174,7 +183,7 @@ class Registry:
 
     manager: pluggy.PluginManager
     plugins: dict[str, PluginInfo] = field(default_factory=dict)
-    load_errors: list[PluginLoadError] = field(default_factory=list)
+    load_errors: list[PluginError] = field(default_factory=list)
     _warned_none: set[tuple[str, str]] = field(default_factory=set, init=False, repr=False)
 
     def raise_load_errors(self) -> None:
@@ -184,8 +193,12 @@ class Registry:
         if self.load_errors:
             raise self.load_errors[0]
 
-    def sink_types(self) -> dict[str, SinkType]:
-        """Every sink type of every plugin; two plugins claiming one name is an error."""
+    def sink_types(self, *, warn_refused: bool = True) -> dict[str, SinkType]:
+        """Every sink type of every plugin; two plugins claiming one name is an error. A
+        type whose class is no valid sink type is listed, refused when its class is read
+        (:attr:`SinkType.refused`) and, with ``warn_refused``, logged as a warning
+        (:func:`warn_of_refused_type`): one bad type does not take its plugin's other types, or
+        other plugins', with it."""
         types: dict[str, SinkType] = {}
         for info, provided in self._provided("fanout_sink_types", warn_none=True):
             if not isinstance(provided, Mapping):
@@ -196,26 +209,33 @@ class Registry:
                     '"package.module:ClassName" reference), {} for no type'
                 )
             for type_name, sink_class in provided.items():
-                if isinstance(sink_class, str):
-                    _check_reference(info, type_name, sink_class)  # imported when used
-                else:
-                    _check_sink_class(info, type_name, sink_class)
+                refused = None
+                try:
+                    if isinstance(sink_class, str):
+                        _check_reference(info, type_name, sink_class)  # imported when used
+                    else:
+                        _check_sink_class(info, type_name, sink_class)
+                except SinkTypeError as exc:
+                    refused = str(exc)
+                    if warn_refused:
+                        warn_of_refused_type(refused)
                 if type_name in types:
                     raise DuplicateSinkTypeError(
                         type_name, types[type_name].plugin.describe(), info.describe()
                     )
-                types[type_name] = SinkType(type_name, sink_class, info)
+                types[type_name] = SinkType(type_name, sink_class, info, refused)
         return types
 
     def listed_sink_types(self) -> dict[str, SinkType]:
         """Every sink type with its class imported (``fanout plugins``): a type whose lazy
-        reference does not import is left out, its :class:`PluginLoadError` added to
-        :attr:`load_errors`, as a plugin that does not import is."""
+        reference does not import, or whose class is refused, is left out, its
+        :class:`PluginLoadError` or :class:`SinkTypeError` added to :attr:`load_errors`, as
+        a plugin that does not import is."""
         listed: dict[str, SinkType] = {}
-        for name, sink_type in self.sink_types().items():
+        for name, sink_type in self.sink_types(warn_refused=False).items():  # errors here
             try:
                 sink_type.sink_class  # noqa: B018 - imports a lazy reference
-            except PluginLoadError as exc:
+            except (PluginLoadError, SinkTypeError) as exc:
                 self.load_errors.append(exc)
                 continue
             listed[name] = sink_type
@@ -389,8 +409,8 @@ def _checked(sink: Sink, what: str) -> Sink:
             "declare the class's 'guarantees = (...)' with those (docs: README, Semantics)"
         )
     declaring = declaring_class(sink)
-    if sink.guarantee not in declaring.guarantees:
-        declared = ", ".join(declaring.guarantees)
+    if sink.guarantee not in declared_guarantees(declaring):
+        declared = ", ".join(declared_guarantees(declaring))
         raise ConfigurationError(
             f"sink {sink.name!r}: guarantee {sink.guarantee!r} (as its options make it) is "
             f"not one its type {declaring.__name__} declares ({declared}): configure it for one of "
@@ -406,7 +426,7 @@ _REFERENCE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]
 def _check_reference(info: PluginInfo, type_name: str, reference: str) -> None:
     """A lazy reference reads ``package.module:ClassName`` (checked without importing)."""
     if not _REFERENCE.fullmatch(reference):
-        raise PluginError(
+        raise SinkTypeError(
             f"plugin {info.describe()}: sink type {type_name!r} is {reference!r}, neither a "
             "subclass of fanout.Sink nor a reference to one as 'package.module:ClassName'"
         )
@@ -415,7 +435,7 @@ def _check_reference(info: PluginInfo, type_name: str, reference: str) -> None:
 def _import_reference(info: PluginInfo, type_name: str, reference: str) -> Any:
     """The object a lazy ``module:Class`` reference names, imported now. A module that does
     not import is the plugin's :class:`PluginLoadError`, as an entry point that does not
-    import is; a module without the class is a :class:`PluginError`."""
+    import is; a module without the class is a :class:`SinkTypeError`."""
     module_name, _, qualname = reference.partition(":")
     try:
         found: Any = importlib.import_module(module_name)
@@ -433,7 +453,7 @@ def _import_reference(info: PluginInfo, type_name: str, reference: str) -> Any:
         for part in qualname.split("."):
             found = getattr(found, part)
     except AttributeError:
-        raise PluginError(
+        raise SinkTypeError(
             f"plugin {info.describe()}: sink type {type_name!r} is {reference!r}, but module "
             f"{module_name} has no {qualname}: fix the reference its fanout_sink_types returns"
         ) from None
@@ -448,28 +468,21 @@ def _short(value: object) -> str:
 
 def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None:
     if not (isinstance(sink_class, type) and issubclass(sink_class, Sink)):
-        raise PluginError(
+        raise SinkTypeError(
             f"plugin {info.describe()}: sink type {type_name!r} is {sink_class!r}, "
             "not a subclass of fanout.Sink: return the class itself, declared as `class "
             'YourSink(fanout.Sink)`, or a "package.module:ClassName" reference to it'
         )
     if not isinstance(inspect.getattr_static(sink_class, "guarantee"), property):
-        raise PluginError(
+        raise SinkTypeError(
             f"plugin {info.describe()}: sink type {type_name!r} sets 'guarantee' as a class "
             "attribute; declare what the type can give as 'guarantees = (...)' (and override "
             "the 'guarantee' property when an option decides)"
         )
-    declared: object = sink_class.guarantees
-    bad: list[object] = [declared]
-    if isinstance(declared, tuple) and declared:
-        bad = [g for g in declared if g not in GUARANTEES]
-    if bad:
-        raise PluginError(
-            f"plugin {info.describe()}: sink type {type_name!r} declares guarantee "
-            f"{bad[0]!r}; expected a tuple of {', '.join(GUARANTEES)}"
-        )
+    if problem := _guarantees_problem(sink_class.guarantees):
+        raise SinkTypeError(f"plugin {info.describe()}: sink type {type_name!r} {problem}")
     if not _takes_name(sink_class):
-        raise PluginError(
+        raise SinkTypeError(
             f"plugin {info.describe()}: sink type {type_name!r}: {sink_class.__name__}."
             "__init__ takes no 'name'; fanout builds a sink from its configuration as "
             f"{sink_class.__name__}(name=<the sink's name>, **options): declare "
@@ -477,17 +490,51 @@ def _check_sink_class(info: PluginInfo, type_name: str, sink_class: Any) -> None
         )
     implemented = implemented_hooks(sink_class)
     if stray := [h for h in sink_class.hook_conditions if h not in implemented]:
-        raise PluginError(
+        raise SinkTypeError(
             f"plugin {info.describe()}: sink type {type_name!r} gives hook_conditions for "
             f"{', '.join(repr(h) for h in stray)}, which it does not implement; its optional "
             f"hooks: {', '.join(implemented) or 'none'} (a key names one of these, with the "
             "options under which it answers)"
         )
     if problems := declaration_problems(sink_class):
-        raise PluginError(
+        raise SinkTypeError(
             f"plugin {info.describe()}: sink type {type_name!r}: its `options` declaration "
             f"is wrong: {'; '.join(problems)}"
         )
+
+
+def _guarantees_problem(declared: object) -> str | None:
+    """What is wrong with a class's ``guarantees``, and what to write (``None``: a tuple of
+    guarantees fanout knows, or ``()``, which declares none, as leaving it out does)."""
+    known = ", ".join(GUARANTEES)
+    if isinstance(declared, str) and declared in GUARANTEES:
+        return (
+            f"declares guarantees = {declared!r}, a str, not a tuple: write "
+            f'guarantees = ("{declared}",) (the trailing comma makes it a tuple)'
+        )
+    if not isinstance(declared, tuple):
+        return (
+            f"declares guarantees = {_short(declared)}, not a tuple: write a tuple of "
+            f'{known}, the default\'s first, such as guarantees = ("idempotent",)'
+        )
+    if unknown := [g for g in declared if g not in GUARANTEES]:
+        return (
+            f"declares guarantee {_short(unknown[0])}, not one fanout knows: write a tuple of "
+            f'{known}, the default\'s first, such as guarantees = ("idempotent",)'
+        )
+    return None
+
+
+_warned_refused: set[str] = set()
+
+
+def warn_of_refused_type(refused: str) -> None:
+    """Log a refused sink type's error (:attr:`SinkType.refused`) as a warning, once per
+    process (a command loads the registry more than once): a configuration using none of
+    the type runs."""
+    if refused not in _warned_refused:
+        _warned_refused.add(refused)
+        log.warning("%s; a sink of that type is refused, the plugin's other types load", refused)
 
 
 def _takes_name(sink_class: type[Sink]) -> bool:

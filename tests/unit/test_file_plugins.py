@@ -154,3 +154,93 @@ def test_an_unknown_type_asked_beside_a_plugin_that_does_not_load_exits_2_saying
         "and PYTHONPATH: run from the directory holding it, add its directory to "
         "PYTHONPATH, or install its distribution",
     ]
+
+
+BAD_TYPE = """
+
+class NoCommaSink(JsonLinesSink):
+    guarantees = "idempotent"
+
+
+@hookimpl
+def fanout_sink_types():
+    return {"jsonl": JsonLinesSink, "nocomma": NoCommaSink}
+"""
+
+NO_COMMA = (
+    "plugin module my_sinks: sink type 'nocomma' declares guarantees = 'idempotent', a str, "
+    'not a tuple: write guarantees = ("idempotent",) (the trailing comma makes it a tuple)'
+)
+
+
+@pytest.fixture
+def with_a_bad_type(own_module: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``my_sinks`` registering ``jsonl`` and ``nocomma``, whose class is declared wrong."""
+    import fanout.hooks.registry as registry_module
+
+    module = own_module / f"{MODULE}.py"
+    module.write_text(module.read_text() + BAD_TYPE)
+    monkeypatch.setattr(registry_module, "_warned_refused", set())
+    return own_module
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_bad_type_the_file_uses_is_a_configuration_error_before_spark(
+    with_a_bad_type: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It exited 1 (a PluginError), where a plugin module of the file that does not import
+    exits 2: both are the file's configuration, found before Spark starts."""
+    file = with_a_bad_type / "pipeline.toml"
+    file.write_text(PIPELINE.format(root=with_a_bad_type).replace('"jsonl"', '"nocomma"'))
+    assert main([command, str(file)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (f"fanout: configuration error: {NO_COMMA}")
+
+
+def test_a_bad_type_the_file_does_not_use_is_a_warning(
+    with_a_bad_type: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It failed the file as well: one bad type took every type of its plugin with it."""
+    caplog.set_level("WARNING", logger="fanout")
+    file = with_a_bad_type / "pipeline.toml"
+    file.write_text(PIPELINE.format(root=with_a_bad_type))
+    assert load_pipeline(str(file)).sinks[0]["type"] == "jsonl"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{NO_COMMA}; a sink of that type is refused, the plugin's other types load"
+    ]
+
+
+def test_fanout_plugins_lists_the_good_types_of_a_module_with_a_bad_one(
+    with_a_bad_type: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plugins", "--plugin", MODULE]) == 1
+    out, err = capsys.readouterr()
+    assert "my_sinks.JsonLinesSink" in out
+    assert "nocomma" not in out
+    assert err == f"fanout: {NO_COMMA}\n"
+
+
+def test_a_sink_module_of_the_files_plugin_that_does_not_import_is_a_configuration_error(
+    own_module: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plugin module naming its class as ``"module:Class"`` (as the built-in sinks and
+    the README's checklist do) imports it when the file uses its type: a mistake there
+    exited 1, a mistake in the plugin module itself 2."""
+    (own_module / "my_lazy_sinks.py").write_text(
+        "from fanout import hookimpl\n\n\n@hookimpl\ndef fanout_sink_types():\n"
+        '    return {"lazy": "my_lazy_sink_module:LazySink"}\n'
+    )
+    (own_module / "my_lazy_sink_module.py").write_text("import no_such_driver_xyz\n")
+    file = own_module / "pipeline.toml"
+    text = PIPELINE.format(root=own_module).replace('"my_sinks"', '"my_lazy_sinks"')
+    file.write_text(text.replace('type = "jsonl"', 'type = "lazy"'))
+    try:
+        assert main(["validate", str(file)]) == 2
+    finally:
+        sys.modules.pop("my_lazy_sinks", None)
+    assert capsys.readouterr().err == (
+        f'fanout: configuration error: {file}: plugins: Error importing plugin "my_lazy_sinks": '
+        "ModuleNotFoundError: No module named 'no_such_driver_xyz'; fanout imports sink type "
+        "'lazy' (my_lazy_sink_module:LazySink) when a sink of it is built or checked, or "
+        "`fanout plugins` lists it: install what it imports, fix it, or uninstall it (remove "
+        "it)\n"
+    )

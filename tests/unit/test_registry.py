@@ -23,6 +23,7 @@ from fanout.errors import (
     DuplicateSinkTypeError,
     PluginError,
     PluginLoadError,
+    SinkTypeError,
     UnknownSinkTypeError,
 )
 from fanout.hooks.registry import (
@@ -32,6 +33,16 @@ from fanout.hooks.registry import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def refused_type(registry: Any, type_name: str) -> SinkTypeError:
+    """The error of a type its plugin declares wrong: listed by ``sink_types()`` (the
+    plugin's other types load), refused when its class is read, a configuration error."""
+    types_ = registry.sink_types()
+    with pytest.raises(SinkTypeError) as info:
+        types_[type_name].sink_class  # noqa: B018
+    assert isinstance(info.value, PluginError) and isinstance(info.value, ConfigurationError)
+    return info.value
 
 
 # -- fakes ----------------------------------------------------------------------------
@@ -252,9 +263,7 @@ def test_class_not_subclassing_sink_is_a_plugin_error() -> None:
     registry = load_registry(
         entry_points_=[entry_point("bad", {"bad": NotASink}, dist=("fanout-bad", "0.1"))],
     )
-    with pytest.raises(PluginError) as info:
-        registry.sink_types()
-    assert str(info.value) == (
+    assert str(refused_type(registry, "bad")) == (
         f"plugin fanout-bad 0.1: sink type 'bad' is {NotASink!r}, not a subclass of fanout.Sink: "
         "return the class itself, declared as `class YourSink(fanout.Sink)`, or a "
         '"package.module:ClassName" reference to it'
@@ -267,8 +276,7 @@ def test_instance_instead_of_class_is_a_plugin_error() -> None:
             entry_point("bad", {"bad": JsonlSink("x", directory="/")}, ("fanout-bad", "0.1"))
         ],
     )
-    with pytest.raises(PluginError, match="not a subclass of fanout.Sink"):
-        registry.sink_types()
+    assert "not a subclass of fanout.Sink" in str(refused_type(registry, "bad"))
 
 
 def test_bad_guarantee_is_a_plugin_error() -> None:
@@ -278,12 +286,83 @@ def test_bad_guarantee_is_a_plugin_error() -> None:
     registry = load_registry(
         entry_points_=[entry_point("eo", {"eo": ExactlyOnceSink}, dist=("fanout-eo", "9.9"))],
     )
-    with pytest.raises(PluginError) as info:
-        registry.sink_types()
-    assert str(info.value) == (
-        "plugin fanout-eo 9.9: sink type 'eo' declares guarantee 'exactly_once'; expected a "
-        "tuple of transactional, idempotent, at_least_once"
+    assert str(refused_type(registry, "eo")) == (
+        "plugin fanout-eo 9.9: sink type 'eo' declares guarantee 'exactly_once', not one "
+        "fanout knows: write a tuple of transactional, idempotent, at_least_once, the "
+        'default\'s first, such as guarantees = ("idempotent",)'
     )
+
+
+@pytest.mark.parametrize(
+    ("declared", "problem"),
+    [
+        ("idempotent", "declares guarantees = 'idempotent', a str, not a tuple: write "
+         'guarantees = ("idempotent",) (the trailing comma makes it a tuple)'),
+        (["idempotent"], "declares guarantees = ['idempotent'], not a tuple: write a tuple "
+         "of transactional, idempotent, at_least_once, the default's first, such as "
+         'guarantees = ("idempotent",)'),
+        (("idempotent", "exactly-once"), "declares guarantee 'exactly-once', not one fanout "
+         "knows: write a tuple of transactional, idempotent, at_least_once, the default's "
+         'first, such as guarantees = ("idempotent",)'),
+    ],
+)  # fmt: skip
+def test_a_guarantees_mistake_says_what_to_write(declared: object, problem: str) -> None:
+    """``guarantees = "idempotent"`` (no trailing comma) was refused as 'declares guarantee
+    'idempotent'; expected a tuple of ...', naming a guarantee fanout knows."""
+    bad = type("BadSink", (Sink,), {"guarantees": declared})
+    registry = load_registry(entry_points_=[entry_point("b", {"b": bad}, ("fanout-b", "1"))])
+    assert str(refused_type(registry, "b")) == f"plugin fanout-b 1: sink type 'b' {problem}"
+
+
+def test_an_empty_guarantees_tuple_is_accepted_as_declaring_none() -> None:
+    """It was refused: 'declares guarantee (); expected a tuple of ...'."""
+
+    class EmptySink(Sink):
+        guarantees: ClassVar = ()
+
+    registry = load_registry(entry_points_=[entry_point("e", {"e": EmptySink})])
+    empty = registry.sink_types()["e"]
+    assert (empty.guarantees, empty.declared) == (("at_least_once",), False)
+    assert empty.guarantees_text() == "at_least_once (not declared)"
+    assert registry.build_sink({"type": "e", "name": "x"}, {"e": empty}).guarantee == (
+        "at_least_once"
+    )
+
+
+def test_one_bad_sink_type_leaves_the_other_types_of_its_plugin_and_of_others(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bad class made ``sink_types()`` raise: every type of every plugin was lost (`fanout
+    plugins` listed none, a pipeline using another type of the plugin did not start)."""
+    import fanout.hooks.registry as registry_module
+
+    class NoCommaSink(Sink):
+        guarantees = "idempotent"  # type: ignore[assignment]
+
+    monkeypatch.setattr(registry_module, "_warned_refused", set())
+    caplog.set_level("WARNING", logger="fanout")
+    eps = [
+        entry_point("mixed", {"good": JsonlSink, "bad": NoCommaSink}, ("fanout-mixed", "1")),
+        entry_point("other", {"other": OtherSink}, ("fanout-other", "2")),
+    ]
+    registry = load_registry(entry_points_=eps)
+    types_ = registry.sink_types()
+    assert sorted(types_) == ["bad", "good", "other"]
+    assert registry.build_sink({"type": "good", "name": "g", "directory": "/d"}, types_)
+    assert registry.build_sink({"type": "other", "name": "o"}, types_)
+    said = (
+        "plugin fanout-mixed 1: sink type 'bad' declares guarantees = 'idempotent', a str, "
+        'not a tuple: write guarantees = ("idempotent",) (the trailing comma makes it a tuple)'
+    )
+    with pytest.raises(SinkTypeError) as refused:  # a configuration error: exit 2
+        registry.build_sink({"type": "bad", "name": "b"}, types_)
+    assert str(refused.value) == said
+    load_registry(entry_points_=eps).sink_types()  # a command loads more than one registry
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{said}; a sink of that type is refused, the plugin's other types load"
+    ]
+    assert sorted(registry.listed_sink_types()) == ["good", "other"]  # `fanout plugins`
+    assert [str(e) for e in registry.load_errors] == [said]
 
 
 def test_guarantee_as_a_class_attribute_is_a_plugin_error() -> None:
@@ -293,8 +372,7 @@ def test_guarantee_as_a_class_attribute_is_a_plugin_error() -> None:
     registry = load_registry(
         entry_points_=[entry_point("old", {"old": OldStyleSink}, dist=("fanout-old", "1.0"))],
     )
-    with pytest.raises(PluginError, match=r"sets 'guarantee' as a class attribute; declare"):
-        registry.sink_types()
+    assert "sets 'guarantee' as a class attribute; declare" in str(refused_type(registry, "old"))
 
 
 def test_sink_types_returned_as_a_list_names_the_plugin_and_what_to_return() -> None:
@@ -466,9 +544,7 @@ def test_a_sink_class_whose_init_takes_no_name_fails_its_plugins_load() -> None:
     registry = load_registry(
         entry_points_=[entry_point("nameless", {"nameless": _NamelessSink}, ("fanout-nl", "1"))]
     )
-    with pytest.raises(PluginError) as info:
-        registry.sink_types()
-    assert str(info.value) == (
+    assert str(refused_type(registry, "nameless")) == (
         "plugin fanout-nl 1: sink type 'nameless': _NamelessSink.__init__ takes no 'name'; "
         "fanout builds a sink from its configuration as _NamelessSink(name=<the sink's name>, "
         "**options): declare `def __init__(self, name: str, *, <options>)` and call "
@@ -923,9 +999,7 @@ def test_hook_conditions_for_a_hook_the_type_does_not_implement_is_a_plugin_erro
     registry = load_registry(
         entry_points_=[entry_point("ms", {"ms": MisspeltSink}, dist=("fanout-ms", "1.0"))],
     )
-    with pytest.raises(PluginError) as info:
-        registry.sink_types()
-    assert str(info.value) == (
+    assert str(refused_type(registry, "ms")) == (
         "plugin fanout-ms 1.0: sink type 'ms' gives hook_conditions for 'harmless_rewrites', "
         "'holds_batch', which it does not implement; its optional hooks: harmless_rewrite "
         "(a key names one of these, with the options under which it answers)"
@@ -1029,12 +1103,10 @@ def test_a_lazy_reference_is_imported_only_when_its_type_is_used() -> None:
 
 
 def test_a_lazy_reference_checks_its_text_at_once_and_its_class_when_imported() -> None:
-    """A reference that is no ``module:Class`` text is refused when the registry is read; a
-    module without the class, or a class fanout refuses, when the type is used."""
+    """A reference that is no ``module:Class`` text, a module without the class, or a class
+    fanout refuses: the type is refused when used (its text checked without importing)."""
     bad_text = entry_point("bad", {"bad": "fanout_x.sink.BadSink"}, dist=("fanout-bad", "1"))
-    with pytest.raises(PluginError) as info:
-        load_registry(entry_points_=[bad_text]).sink_types()
-    assert str(info.value) == (
+    assert str(refused_type(load_registry(entry_points_=[bad_text]), "bad")) == (
         "plugin fanout-bad 1: sink type 'bad' is 'fanout_x.sink.BadSink', neither a subclass "
         "of fanout.Sink nor a reference to one as 'package.module:ClassName'"
     )

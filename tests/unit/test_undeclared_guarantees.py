@@ -14,9 +14,10 @@ from typing import Any, ClassVar
 
 import pytest
 
+import fanout
 from fanout import Batch, FanOut, Sink
 from fanout.app.cli import main
-from fanout.contract.sink import declares_guarantees
+from fanout.contract.sink import declared_guarantees, declares_guarantees
 from fanout.ledger.memory import MemoryLedger
 
 
@@ -29,6 +30,16 @@ class NaiveCsvSink(Sink):
 
 class UpsertingSink(Sink):
     guarantees: ClassVar = ("idempotent",)
+
+    def write(self, batch: Batch) -> int:
+        return 0
+
+
+class EmptyTupleSink(Sink):
+    """The README's 'a type declaring none', written as an empty tuple: refused at load,
+    saying it expected a tuple (which it was), and its ``guarantee`` an IndexError."""
+
+    guarantees: ClassVar = ()
 
     def write(self, batch: Batch) -> int:
         return 0
@@ -66,6 +77,22 @@ def test_a_sink_type_declaring_nothing_is_at_least_once_and_the_warning_says_wha
     ]
 
 
+def test_an_empty_guarantees_tuple_declares_none_as_leaving_it_out_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="fanout")
+    assert not declares_guarantees(EmptyTupleSink)
+    assert declared_guarantees(EmptyTupleSink) == ("at_least_once",)
+    assert EmptyTupleSink("csv").guarantee == "at_least_once"
+    FanOut("orders", MemoryLedger(), [EmptyTupleSink("csv")]).close()
+    assert _warnings(caplog) == [
+        "pipeline orders: sink 'csv' is at-least-once: if the driver dies between its write "
+        "and its ledger mark, the replay can write duplicates; "
+        + HINT.replace("NaiveCsvSink", "EmptyTupleSink")
+    ]
+    assert EmptyTupleSink.guarantees == ()  # the author's class is left as written
+
+
 def test_a_sink_type_declaring_idempotent_gets_no_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -99,10 +126,16 @@ def fanout_sink_types():
 """
 
 
-@pytest.fixture
-def naive_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A distribution installed as pip leaves it, registering ``naive_csv``."""
-    (tmp_path / "fanout_naive_probe.py").write_text(PLUGIN)
+@pytest.fixture(params=["left out", "()"])
+def naive_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[None]:
+    """A distribution installed as pip leaves it, registering ``naive_csv``, whose class
+    leaves ``guarantees`` out or sets it to ``()``."""
+    declared = "" if request.param == "left out" else "    guarantees = ()\n\n"
+    (tmp_path / "fanout_naive_probe.py").write_text(
+        PLUGIN.replace("    def write", f"{declared}    def write")
+    )
     info = tmp_path / "fanout_naive-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fanout-naive\nVersion: 0.1\n")
@@ -192,3 +225,45 @@ def test_a_guarantee_its_type_does_not_declare_is_refused_before_start() -> None
         "gives 'transactional' too, add it to the class's 'guarantees = (...)' (what `fanout "
         "plugins` shows and the conformance kit checks)"
     )
+
+
+class _NaivePlugin:
+    @staticmethod
+    @fanout.hookimpl
+    def fanout_sink_types() -> dict[str, type[Sink]]:
+        return {"naive": NaiveCsvSink, "empty": EmptyTupleSink, "upserting": UpsertingSink}
+
+
+def test_validate_warns_for_an_at_least_once_sink_as_run_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the summary under the checklist said ``(not declared)``: no WARN line."""
+    import fanout.hooks.registry as registry_module
+    from fanout.app import runner
+    from fanout.app.runner import load_pipeline
+    from fanout.app.validate import run_checks
+
+    load = registry_module.load_registry
+
+    def with_test_sinks(extra: Any = (), **kwargs: Any) -> Any:
+        return load([_NaivePlugin(), *extra], **kwargs)
+
+    monkeypatch.setattr(registry_module, "load_registry", with_test_sinks)
+    monkeypatch.setattr(runner, "load_registry", with_test_sinks)
+    file = tmp_path / "p.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\n'
+        f'checkpoint = "{tmp_path}/checkpoint"\n[source]\nformat = "rate"\n'
+        '[[sinks]]\ntype = "naive"\nname = "csv"\n'
+        '[[sinks]]\ntype = "empty"\nname = "csv2"\n'
+        '[[sinks]]\ntype = "upserting"\nname = "pg"\n'
+    )
+    checklist = run_checks(None, load_pipeline(str(file)), lambda spark, config: None)
+    warned = [c.line() for c in checklist.checks if c.kind == "warned"]
+    risk = "is at-least-once: if the driver dies between its write and its ledger mark, the "
+    assert warned == [
+        f"  WARN  sink csv: guarantee: sink 'csv' {risk}replay can write duplicates; {HINT}",
+        f"  WARN  sink csv2: guarantee: sink 'csv2' {risk}replay can write duplicates; "
+        + HINT.replace("NaiveCsvSink", "EmptyTupleSink"),
+    ]
+    assert not [c for c in checklist.checks if c.failed]  # a warning, exit 0

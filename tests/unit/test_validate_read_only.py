@@ -22,6 +22,8 @@ from fanout.errors import ConfigurationError, SchemaMismatchError, SinkUnreachab
 class MakesItsDirectory(Sink):
     """A sink type written before ``read_only_check``: its ``open()`` creates things."""
 
+    guarantees: ClassVar = ("idempotent",)  # no at-least-once WARN line in these checklists
+
     def __init__(self, name: str, *, directory: str) -> None:
         super().__init__(name)
         self.directory = directory
