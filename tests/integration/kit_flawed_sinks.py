@@ -20,7 +20,7 @@ import logging
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from fanout import (
     Batch,
@@ -37,13 +37,13 @@ from fanout import (
     txn_app_id,
 )
 from fanout.contract.dead_letters import DeadLetter
-from fanout.contract.sink import Reads
+from fanout.contract.sink import Guarantee, Reads
 
 
 class TokenFiles(Sink):
     """One file per batch named by ``batch.idempotency_key.token``: a replay replaces it."""
 
-    guarantees = ("idempotent",)
+    guarantees: ClassVar[tuple[Guarantee, ...]] = ("idempotent",)
 
     def __init__(self, name: str, *, directory: str, columns: list[str] | None = None) -> None:
         super().__init__(name)
@@ -76,6 +76,12 @@ class TokenFiles(Sink):
         tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
         os.replace(tmp, final)
         return SinkResult(rows=len(rows))
+
+
+class GuaranteesLeftEmpty(TokenFiles):
+    """Writes as :class:`TokenFiles` does, and declares ``guarantees = ()``: at-least-once."""
+
+    guarantees: ClassVar[tuple[Guarantee, ...]] = ()
 
 
 class BatchIdFiles(TokenFiles):
@@ -582,6 +588,7 @@ def read_rows(directory: Path) -> list[dict[str, Any]]:
 def fanout_sink_types() -> dict[str, type[Sink]]:
     """The flawed sink types, and the correct one."""
     return {"token_files": TokenFiles, "batch_id_files": BatchIdFiles,
+            "guarantees_left_empty": GuaranteesLeftEmpty,
             "appending_file": AppendingFile, "counts_one_too_few": CountsOneTooFew,
             "writes_on_empty": WritesOnEmpty, "holds_by_batch_id": HoldsByBatchId,
             "holds_a_part": HoldsAPart, "holds_by_a_file_never_written": HoldsByAFileNeverWritten,

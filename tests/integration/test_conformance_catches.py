@@ -304,6 +304,19 @@ CATCHES = {
     ),
     # fanout's determinism check finds nothing to inspect for a column the batch lacks and
     # passes: the kit never checked the names
+    # a type declaring guarantees = () (or none) passed every check, then ran as
+    # at-least-once, warned about at each start
+    "a_type_declaring_no_guarantee_is_told_to_declare_one": Catch(
+        "guarantees_left_empty",
+        SinkConformance.test_the_type_declares_the_guarantee_these_checks_hold_it_to,
+        "sink type GuaranteesLeftEmpty declares no guarantees (left out, or ()), so fanout "
+        "runs it as at_least_once and warns at every start, whatever these checks find: once "
+        'the replay checks pass, declare guarantees = ("idempotent",) (a replay leaves the '
+        'same state) or ("transactional",) (the rows and the record of batch.idempotency_key '
+        "in one commit) on the class; a sink at-least-once by design says guarantees = "
+        '("at_least_once",)',
+        first_line=True,
+    ),
     "a_deterministic_column_the_batch_lacks_is_told_to_use_the_batchs_name": Catch(
         "stable_by_target_name",
         SinkConformance.test_deterministic_columns_are_columns_of_the_batch,

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 
 from fanout.contract.batch import BatchInfo
+from fanout.contract.sink import declares_guarantees, declaring_class
 from fanout.errors import BatchFailedError
+from fanout.hooks.registry import load_registry
 from fanout.ledger.delta import DeltaLedger
 from fanout.testing.conformance.case import NAME, SinkUnderTest
 from fanout.testing.conformance.kit import Kit, _assert_ids, _assert_rows, _MarkLost, _modules
@@ -28,6 +30,24 @@ from fanout.testing.faults import KILL_EXIT_CODE
 
 class ReplayChecks(Kit):
     """A batch written once, whatever is replayed or killed (module docstring)."""
+
+    def test_the_type_declares_the_guarantee_these_checks_hold_it_to(
+        self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
+    ) -> None:
+        """The replay checks hold the sink to a replay leaving the same state; a type that
+        declares no :attr:`fanout.Sink.guarantees` (or ``()``) runs as ``at_least_once``,
+        with a warning at every start, however well it replays. Its sink is built from
+        ``config`` (not opened); a type that says ``("at_least_once",)`` passes."""
+        registry = load_registry(_modules(under_test.plugins))
+        sink_class = declaring_class(registry.build_sink(under_test.sink(), registry.sink_types()))
+        assert declares_guarantees(sink_class), (
+            f"sink type {sink_class.__name__} declares no guarantees (left out, or ()), so "
+            "fanout runs it as at_least_once and warns at every start, whatever these checks "
+            'find: once the replay checks pass, declare guarantees = ("idempotent",) (a '
+            'replay leaves the same state) or ("transactional",) (the rows and the record of '
+            "batch.idempotency_key in one commit) on the class; a sink at-least-once by "
+            'design says guarantees = ("at_least_once",)'
+        )
 
     def test_replay_of_a_marked_batch_is_skipped(
         self, spark: Any, under_test: SinkUnderTest, tmp_path: Path
