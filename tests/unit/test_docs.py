@@ -77,3 +77,15 @@ def test_what_a_sink_plugin_declares_is_in_the_facade() -> None:
     assert (fanout.txn_app_id, fanout.Reads) == (batch.txn_app_id, sink.Reads)
     assert fanout.SinkOption.__module__ == "fanout.contract.options"
     assert fanout.StableColumns.__module__ == "fanout.contract.partitions"
+
+
+def test_the_readme_pyproject_of_a_plugin_builds_and_registers_it() -> None:
+    """The snippet a plugin author copies had no ``[build-system]`` nor package list: a
+    newcomer could not tell whether ``pip install -e .`` would find the package."""
+    import tomllib
+
+    snippet = README.split("# pyproject.toml of your distribution", 1)[1].split("```", 1)[0]
+    toml = tomllib.loads(snippet.split("\n", 1)[1])
+    assert toml["build-system"]["build-backend"] == "setuptools.build_meta"
+    assert toml["project"]["entry-points"]["fanout"] == {"jsonl": "fanout_jsonl.plugin"}
+    assert toml["tool"]["setuptools"]["packages"]["find"]["include"] == ["fanout_jsonl*"]
