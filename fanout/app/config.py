@@ -29,7 +29,7 @@ from fanout.contract.locations import (
 )
 from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, coerce_text
-from fanout.errors import ConfigurationError, shell_word
+from fanout.errors import ConfigurationError, SinkTypeError, shell_word
 from fanout.hooks.registry import is_module_name
 from fanout.observe.logs import register_secrets
 from fanout.observe.option_values import HIDDEN_STRING, option_type_problems, value_problem
@@ -174,7 +174,10 @@ def _expand_sinks(sinks: Any, self_expanded: Mapping[str, list[str]], mistakes: 
             expanded.append(_expand(sink, where, mistakes))
             continue
         kind = _expand(sink.get("type"), f"{where}.type", mistakes)
-        kept = set(self_expanded.get(str(kind), ()))
+        try:
+            kept = set(self_expanded.get(str(kind), ()))
+        except SinkTypeError:  # its plugin declares the type wrong: _check_sink says so
+            kept = set()
         expanded.append({
             k: kind if k == "type" else v if k in kept else _expand(v, f"{where}.{k}", mistakes)
             for k, v in sink.items()
@@ -405,7 +408,13 @@ def _check_sink(
         return None
     before = len(mistakes.errors)
     type_name: Any = sink.get("type")
-    known = ["type", "name", *CORE_OPTIONS, *sink_options.get(type_name, ())]
+    try:
+        type_options = sink_options.get(type_name, ())
+    except SinkTypeError as exc:  # its plugin declares the type wrong: said for this sink
+        named = f" (sink {sink['name']!r})" if isinstance(sink.get("name"), str) else ""
+        mistakes.add(ConfigurationError(f"{path}.type{named}: {exc}"))
+        return None
+    known = ["type", "name", *CORE_OPTIONS, *type_options]
     # a misspelt name is reported below as the unknown option it is, once the type is known
     taken = _suggested(sink, known) if type_name in sink_options else set()
     for required in ("type", "name"):

@@ -189,11 +189,14 @@ def test_a_bad_type_the_file_uses_is_a_configuration_error_before_spark(
     with_a_bad_type: Path, command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """It exited 1 (a PluginError), where a plugin module of the file that does not import
-    exits 2: both are the file's configuration, found before Spark starts."""
+    exits 2: both are the file's configuration, found before Spark starts; said for the
+    sink using the type, by its key, as the file's other mistakes are."""
     file = with_a_bad_type / "pipeline.toml"
     file.write_text(PIPELINE.format(root=with_a_bad_type).replace('"jsonl"', '"nocomma"'))
     assert main([command, str(file)]) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (f"fanout: configuration error: {NO_COMMA}")
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"fanout: configuration error: sinks[0].type (sink 'raw'): {NO_COMMA}"
+    )
 
 
 def test_a_bad_type_the_file_does_not_use_is_a_warning(
