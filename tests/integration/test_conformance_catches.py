@@ -527,6 +527,18 @@ def test_every_check_writes_off_the_thread_of_open(spark: Any, tmp_path: Path) -
     with pytest.raises(BatchFailedError) as failed:
         suite.test_replay_of_a_marked_batch_is_skipped(spark, case, tmp_path)
     assert "SQLite objects created in a thread" in str(failed.value.failures["under_test"])
+    # the check losing the mark on purpose said only "the target holds ids []"
+    with pytest.raises(pytest.fail.Exception) as told:
+        suite.test_replay_of_an_unmarked_batch_writes_no_duplicate(spark, case, tmp_path)
+    assert re.sub(r"thread id \d+", "thread id N", str(told.value)) == (
+        "write() of batch 0 failed before its ledger mark (which this check loses on "
+        "purpose, after the write): SinkWriteError(\"sink 'under_test', batch 0: "
+        "ProgrammingError: SQLite objects created in a thread can only be used in that same "
+        'thread. The object was created in thread id N and this is thread id N.") (the kit '
+        "wrote this batch on a thread of its own, not the one that ran open(), as a FanOut of "
+        "several sinks writes each sink: where the sink's error is its client refusing "
+        "another thread, test_write_runs_on_another_thread_than_open says what to do)"
+    )
 
 
 def test_a_holds_batch_checking_its_target_passes_the_deleted_target_check(

@@ -40,6 +40,20 @@ class _MarkLost:
             raise OSError("the driver died before the ledger mark")
         return self.inner.mark_committed(entry)
 
+    def write_losing_the_mark(self, fan: FanOut, df: Any, info: BatchInfo) -> None:
+        """``fan`` (on this ledger) processes ``df``: the sink writes it, its mark is
+        lost. A write that failed before its mark fails the check with the sink's error
+        (the check asserted only the ids the target held after it)."""
+        with pytest.raises(BatchFailedError) as failed:
+            fan.process(df, info)
+        if not self.lost:
+            notes = "".join(f" {note}" for note in getattr(failed.value, "__notes__", ()))
+            pytest.fail(
+                f"write() of batch {info.batch_id} failed before its ledger mark (which this "
+                f"check loses on purpose, after the write): "
+                f"{failed.value.failures.get(NAME)!r}{notes}"
+            )
+
 
 class OffThreadFanOut(FanOut):
     """The kit's ``FanOut``: each :meth:`process` runs in a thread of its own, started for
