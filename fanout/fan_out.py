@@ -71,6 +71,8 @@ from fanout.steps.catchup import CatchUp
 from fanout.steps.context import ContextReader
 from fanout.steps.gaps import refuse_gaps
 from fanout.steps.lag import Lagging
+from fanout.steps.lag_reopen import LateHook, ReopenHooks
+from fanout.steps.lag_state import Refusal
 from fanout.steps.lag_steps import (
     backfill_sources,
     check_spool,
@@ -309,6 +311,13 @@ class FanOut:
         # not marked (fanout.deadletters.moved); a changed target recorded
         moves = TargetMoves.open(self.ledger, self.pipeline, self.sinks)
         self._letters = Letters(self.dead_letters, self.sinks, self._kinds, moves, self.ledger)
+        # the target checks and the catch-up read the lag state, so are built after it:
+        # their hooks are filled once they are, before the first reopen may call them (a
+        # reopen still_opening starts below may end before the catch-up is built: it wakes
+        # nothing then)
+        ask_target = LateHook[[str], Refusal | None]("the target checks' ask_reopened")
+        ask_again = LateHook[[str], bool]("the target checks' reopen_stale")
+        wake = LateHook[[], None]("the catch-up's wake", before=lambda: None)
         self.lagging = Lagging(
             self.pipeline,
             self.specs,
@@ -317,15 +326,20 @@ class FanOut:
             backfill_sources(self.pipeline, self.specs),
             unopened=self._opener.unopened,
             secrets=self.secrets,
+            reopen_hooks=ReopenHooks(
+                ask_target=ask_target,
+                ask_again=ask_again,
+                regather=self._regather_secrets,
+                on_released=self._closer.released_by_thread,
+                on_reopened=wake,
+            ),
         )
         self._targets = TargetChecks(
             self.pipeline, self.ledger, self.specs, self.sinks, self.spool, self.lagging,
             accepted=self._accept_lost, pipeline_file=self.pipeline_file,
         )  # fmt: skip
-        self.lagging.ask_target = self._targets.ask_reopened
-        self.lagging.ask_again = self._targets.reopen_stale
-        self.lagging.regather = self._regather_secrets
-        self.lagging.on_released = self._closer.released_by_thread
+        ask_target.fill(self._targets.ask_reopened)
+        ask_again.fill(self._targets.reopen_stale)
         for name, opening in self._opener.opening.items():
             self.lagging.still_opening(name, opening)
         if self.lagging.sinks:  # a backfill reads every epoch through the current one, also
@@ -355,7 +369,7 @@ class FanOut:
             retry=self.retry, context=self._context, spark=self._spark, targets=self._targets,
         )  # fmt: skip
         self.abandoned.on_done = self.catchup.wake
-        self.lagging.on_reopened = self.catchup.wake
+        wake.fill(self.catchup.wake)
         if self.spool is not None:
             self.spool.open()
             check_spooled_sinks(
@@ -402,7 +416,7 @@ class FanOut:
             lambda: Lagging(
                 self.pipeline, self.specs, self.ledger, self.spool,
                 unopened=self._opener.unopened, secrets=self.secrets,
-                on_released=self._closer.released_by_thread,
+                reopen_hooks=ReopenHooks(on_released=self._closer.released_by_thread),
             ),
         )  # fmt: skip
 

@@ -24,7 +24,7 @@ from fanout.partitioned.determinism import check_route as check_route_membership
 from fanout.retry import RetryPolicy
 from fanout.sink_spec import SinkSpec, check_write_timeout, split_core_options, write_timeout
 from fanout.steps.cores import check_cores
-from fanout.steps.lag import unreachable_masked
+from fanout.steps.lag_reopen import unreachable_masked
 from fanout.steps.lag_state import Opening
 
 log = logging.getLogger("fanout")

@@ -9,44 +9,37 @@ path; the catch-up (:mod:`fanout.steps.catchup`) writes its batches in order and
 has none left, the sink is live again with the next batch.
 
 The ledger marks stay the truth: :class:`Lagging` only caches them (the live path and the
-catch-up update the cache after each mark they write) and the spool's index. It owns three
+catch-up update the cache after each mark they write) and the spool's index. It owns four
 helpers that share its lock: the backfill sources' marks (:mod:`fanout.steps.lag_backfill`),
-which batches are settled (:mod:`fanout.steps.lag_settle`) and which spooled batches may go
-(:mod:`fanout.steps.lag_release`); each sink's open/lost state is
+which batches are settled (:mod:`fanout.steps.lag_settle`), which spooled batches may go
+(:mod:`fanout.steps.lag_release`) and the reopens of the sinks not opened yet
+(:mod:`fanout.steps.lag_reopen`); each sink's open/lost state is
 :mod:`fanout.steps.lag_state`'s.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import InitVar, dataclass, field, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import InitVar, dataclass, field
 from datetime import datetime
 
 from fanout.contract.lag import SinkLag
 from fanout.contract.sink import BackfillSource, SinkContext
-from fanout.errors import (
-    BackfillError,
-    MissedBatchesError,
-    SinkError,
-    SinkTimeoutError,
-    SinkUnreachableError,
-    TargetLostError,
-)
+from fanout.errors import BackfillError, MissedBatchesError, TargetLostError
 from fanout.ledger.entry import Ledger, LedgerEntry, now_utc
-from fanout.observe.secrets import masked_error, redact_printed
-from fanout.sink_spec import SinkSpec, write_timeout
+from fanout.observe.secrets import redact_printed
+from fanout.sink_spec import SinkSpec
 from fanout.spool.index import BatchKey, SpooledBatch
 from fanout.spool.table import Spool
 from fanout.steps.lag_backfill import BackfillMarks
 from fanout.steps.lag_release import SpoolRelease
+from fanout.steps.lag_reopen import Reopener, ReopenHooks
 from fanout.steps.lag_settle import Settlement, spooled_through
 from fanout.steps.lag_state import (
     Held,
     Lost,
-    Open,
     Opening,
     Refusal,
     Reopening,
@@ -54,8 +47,6 @@ from fanout.steps.lag_state import (
     SinkStates,
     Unopened,
 )
-
-log = logging.getLogger("fanout")
 
 
 @dataclass
@@ -86,6 +77,8 @@ class Lagging:
         transient error (their context and error): behind until :meth:`reopen` succeeds.
         From then on :class:`fanout.steps.lag_state.SinkStates` holds each sink's
         open/lost state (:meth:`held`).
+    :param reopen_hooks: what a reopen asks of the pipeline and tells it (its target
+        checks, the catch-up's wake...; none when ``None``).
     :param secrets: every secret of the pipeline, masked in the last error of each sink
         that :meth:`lag_of` shows (status, the ``fanout_sink_lag`` hook) as printed text
         masks them (:func:`fanout.observe.secrets.redact_printed`; the sink's own are masked
@@ -99,19 +92,7 @@ class Lagging:
     sources: Mapping[str, BackfillSource] = field(default_factory=dict)
     unopened: InitVar[Mapping[str, tuple[SinkContext, BaseException]] | None] = None
     secrets: tuple[str, ...] = ()
-    ask_target: Callable[[str], Refusal | None] | None = None
-    """The checks of one sink asked when :meth:`reopen` opens it, before its first write,
-    as an open sink is asked at the run's first batch: its target's last mark
-    (:mod:`fanout.steps.lost_target`), then, a sink with no mark in the epoch, a sink it
-    was renamed from (:mod:`fanout.steps.renamed`); ``None`` when it may write."""
-    ask_again: Callable[[str], bool] | None = None
-    """Asked under the lock, after :attr:`ask_target` let a sink write and before it moves
-    to ``OPEN``: whether that answer may be stale, so the check is asked again (the run's
-    first batch's renamed check ran meanwhile and, the sink still ``OPENING``, did not ask
-    it). ``None``: never."""
-    regather: Callable[[], None] | None = None
-    """Called once :meth:`reopen` opened a sink, before :attr:`ask_target`: its ``open``
-    may have fetched a secret, which the pipeline's :attr:`secrets` must now hold."""
+    reopen_hooks: InitVar[ReopenHooks | None] = None
     epoch: int = 0
     _marks: dict[tuple[str, int], int | None] = field(default_factory=dict, repr=False)
     _errors: dict[str, str] = field(default_factory=dict, repr=False)
@@ -131,17 +112,25 @@ class Lagging:
     """Which batches are settled, or given up with a checkpoint reset (:meth:`settled`)."""
     _release: SpoolRelease = field(init=False, repr=False)
     """Which spooled batches may go, and their removal (:meth:`release_held`)."""
-    _closing: bool = field(default=False, repr=False)
-    on_reopened: Callable[[], None] | None = None
-    """Called when a reopen put its outcome in place (the catch-up is woken)."""
-    on_released: Callable[[str], None] | None = None
-    """Called with a sink's name when its reopen's thread, after :meth:`close`, no longer
-    holds it (closed, or its open failed): until then it is the pipeline's still."""
+    _reopener: Reopener = field(init=False, repr=False)
+    """The reopens of the sinks not opened yet (:meth:`reopen`)."""
 
     def __post_init__(
-        self, unopened: Mapping[str, tuple[SinkContext, BaseException]] | None
+        self,
+        unopened: Mapping[str, tuple[SinkContext, BaseException]] | None,
+        reopen_hooks: ReopenHooks | None,
     ) -> None:
         self._states = SinkStates(self._lock, self.specs, unopened or {})
+        self._reopener = Reopener(
+            self.pipeline,
+            self.specs,
+            self._lock,
+            self._states,
+            lambda: self.secrets,
+            self.failed,
+            self.lose,
+            reopen_hooks or ReopenHooks(),
+        )
         self._backfill = BackfillMarks(
             self.pipeline, self.specs, self.ledger, self.sources, self._lock, self.mark
         )
@@ -287,182 +276,27 @@ class Lagging:
         ``LOST``: opened, not written). An unopened one is not closed: its ``open()``
         failed, or its reopen's thread closed it after a failed check."""
         with self._lock:
-            self._closing = True
+            self._reopener.close()
             return list(self._states.in_state(SinkState.OPEN, SinkState.LOST))
 
     def reopening(self) -> list[str]:
         """The sinks whose reopen's thread holds them now (``OPENING``): after
-        :meth:`close`, each is released by :attr:`on_released` once its thread is done."""
+        :meth:`close`, each is released by
+        :attr:`fanout.steps.lag_reopen.ReopenHooks.on_released` once its thread is done."""
         return list(self._states.in_state(SinkState.OPENING))
 
     def reopen(self, sink: str, *, wait: bool = True) -> BaseException | None:
         """Open a sink that could not be opened when the pipeline started; ``None`` once
-        it is open (now or before) and may be written, else the error.
-
-        The open, and then the lost-target check (:attr:`ask_target`, asked before
-        anything is written to it, as an open sink is at the run's first batch), run in a
-        daemon thread of their own, outside the lag state's lock: a server that accepts
-        the connection and never answers, or a ``holds_batch`` that hangs, must not stall
-        the other sinks' batches. One still running is not started again, and until it
-        has ended the sink stays ``OPENING``: never written, it lags. It is waited for up
-        to the sink's ``write_timeout_s`` (then a :class:`fanout.SinkTimeoutError`);
-        without one, for as long as it takes when ``wait`` (the catch-up, a drain), else
-        not at all (a live batch: the sink lags with it, with its last error). A target
-        that lost its last marked batch keeps the sink behind with
-        :class:`fanout.TargetLostError` (:meth:`lose`), which every later call returns; a
-        check that raises closes the sink again (a PostgreSQL sink's pool would leak, one
-        per try)."""
-        spec = self.specs[sink]
-        timeout = write_timeout(spec)
-        with self._lock:
-            held = self._states.of(sink)
-            if isinstance(held, Open):
-                return None
-            if isinstance(held, Lost):
-                return held.error
-            if isinstance(held, Unopened):  # a reopen that has ended moved it back here
-                if self._closing:
-                    return held.error
-                # the secrets the run knows now (a sink opened earlier may have fetched one)
-                context = replace(held.context, secrets=self.secrets)
-                opening = self._start_reopen(sink, context)
-                self._states.move(sink, Reopening(held.context, held.error, opening))
-            else:
-                opening = held.opening
-        if timeout is not None:
-            remaining: float | None = max(0.0, opening.started + timeout - time.monotonic())
-        else:
-            remaining = None if wait else 0.0
-        if not opening.done.wait(remaining) and timeout is not None:
-            error = SinkTimeoutError(
-                f"open() did not return within its write_timeout_s={timeout:g} s, or the "
-                "check of its target after it (running for "
-                f"{time.monotonic() - opening.started:.1f} s): the sink stays unopened and "
-                "lags; it is not opened again while that call runs. Find what holds the "
-                "sink's target (a stalled connection, a server that does not answer)",
-                sink=sink,
-            )
-            self.failed(sink, error)
-            return error
-        held = self._states.of(sink)  # still running (a live batch's no wait): its last error
-        return None if isinstance(held, Open) else held.error
+        it is open (now or before) and may be written, else the error: the open and its
+        target checks in a thread of their own, waited for up to the sink's
+        ``write_timeout_s`` (:meth:`fanout.steps.lag_reopen.Reopener.reopen`)."""
+        return self._reopener.reopen(sink, wait=wait)
 
     def still_opening(self, sink: str, opening: Opening) -> None:
         """``sink``'s first ``open()``, at the pipeline's start, did not return within its
-        ``write_timeout_s`` and runs on: its result is taken (and, opened, the sink asked
-        the lost-target check) as a :meth:`reopen`'s, and no other starts while it runs."""
-        with self._lock:
-            held = self._states.of_kind(sink, Unopened, SinkState.OPENING)
-            reopen = self._start_reopen(sink, held.context, opening)
-            self._states.move(sink, Reopening(held.context, held.error, reopen))
-
-    def _start_reopen(
-        self, sink: str, context: SinkContext, first: Opening | None = None
-    ) -> Opening:
-        """Start ``sink``'s reopen in a daemon thread (called under the lock, which moves
-        the sink to ``OPENING`` before the thread can move it on): its ``open()`` (or the
-        wait for ``first``, the pipeline's start's still running), then its check, and the
-        outcome put in place under the lock, before the thread counts as done. While the
-        sink is ``OPENING`` the thread owns it: one it opened but may not keep (its check
-        failed, or :meth:`close` ran) is closed before it moves back to ``UNOPENED``; one
-        whose open failed is not closed (it holds nothing: the contract's ``open``)."""
-        target = self.specs[sink].sink
-
-        def work() -> None:
-            if first is not None:
-                first.done.wait()
-                error = first.error
-            else:
-                try:
-                    target.open(context)
-                    error = None
-                except Exception as exc:
-                    error = exc
-            opened, kept = error is None, False
-            try:
-                if error is not None:
-                    self._open_failed(sink, error)
-                else:
-                    kept = self._now_open(sink)
-            finally:
-                closing = False  # kept: moved on under the lock, close() not run then
-                if not kept:
-                    if opened:  # while it is OPENING: no other open starts
-                        after = "the stop" if self._closing else "its failed check"
-                        self._close_unasked(sink, after)
-                    with self._lock:
-                        held = self._states.of_kind(sink, Reopening, SinkState.UNOPENED)
-                        self._states.move(sink, Unopened(held.context, held.error))
-                        closing = self._closing
-                if not closing and self.on_reopened is not None:
-                    self.on_reopened()
-                if closing and self.on_released is not None:
-                    self.on_released(sink)
-
-        name = f"fanout-{self.pipeline}-{sink}-reopen"
-        return Opening.run(name, work, None if first is None else first.started)
-
-    def _open_failed(self, sink: str, exc: Exception) -> None:
-        """``sink``'s ``open()`` failed: it lags with that error (masked)."""
-        with self._lock:
-            own = self.specs[sink].sink.secret_values()
-            self._try_failed(sink, unreachable_masked(sink, exc, own, self.secrets))
-
-    def _try_failed(self, sink: str, error: BaseException) -> None:
-        """``sink``'s reopen failed (its open or its check): it lags with ``error`` from now
-        on, also while its thread, which still owns it, closes what it opened (a live
-        batch asking meanwhile got the error of the try before)."""
-        with self._lock:
-            held = self._states.of_kind(sink, Reopening, SinkState.OPENING)
-            self._states.move(sink, replace(held, error=error))
-            self.failed(sink, error)
-
-    def _now_open(self, sink: str) -> bool:
-        """``sink`` opened: asked the lost-target check (in the reopen's thread; nothing
-        writes a sink while it is ``OPENING``, so none before the answer); whether it was
-        moved on (open, or lost). A check that raises (the ledger unreadable) leaves it
-        unopened, to be closed, opened and asked again at its next reopen; so does
-        :meth:`close` having run (not asked then)."""
-        with self._lock:
-            if self._closing:
-                return False
-            if self.regather is not None:
-                self.regather()
-        while True:
-            try:
-                lost = None if self.ask_target is None else self.ask_target(sink)
-            except Exception as exc:
-                self._try_failed(sink, exc)
-                log.warning(
-                    "pipeline %s: sink %r opened, but the check of its target failed (%s): "
-                    "closed, it stays behind, opened and asked again at its next try",
-                    self.pipeline, sink, exc,
-                )  # fmt: skip
-                return False
-            with self._lock:
-                if self._closing:
-                    return False
-                if lost is not None:
-                    self.lose(sink, lost)
-                    return True
-                if self.ask_again is not None and self.ask_again(sink):
-                    continue  # asked before the run's first batch's check, which missed it
-                self._states.move(sink, Open())
-                break
-        log.info("pipeline %s: sink %r is reachable again and open", self.pipeline, sink)
-        return True
-
-    def _close_unasked(self, sink: str, after: str) -> None:
-        """Close ``sink``, opened by a reopen that may not keep it open (logged, not
-        raised)."""
-        try:
-            self.specs[sink].sink.close()
-        except Exception as exc:
-            log.warning(
-                "pipeline %s: sink %r: close() after %s failed too: %s",
-                self.pipeline, sink, after,
-                redact_printed(f"{type(exc).__name__}: {exc}", self.secrets),
-            )  # fmt: skip
+        ``write_timeout_s`` and runs on: its result is taken as a :meth:`reopen`'s
+        (:meth:`fanout.steps.lag_reopen.Reopener.still_opening`)."""
+        self._reopener.still_opening(sink, opening)
 
     # -- what a sink needs -----------------------------------------------------------
 
@@ -639,22 +473,3 @@ def over_limit(
 def sinks_in(names: Iterable[str], specs: Mapping[str, SinkSpec]) -> list[str]:
     """The lag-capable sinks among ``names``."""
     return [n for n in names if specs[n].lag.uses_spool]
-
-
-def unreachable_masked(
-    sink: str, error: BaseException, secrets: Sequence[str], others: Sequence[str] = ()
-) -> BaseException:
-    """``error`` of a sink's ``open``, as the ledger, the lag state and the log may show it:
-    itself, or when a message in its chain holds one of the sink's secrets (or of
-    ``others``, the rest of its pipeline's, where
-    :func:`fanout.observe.secrets.redact_apart` masks them), a
-    :class:`fanout.SinkUnreachableError` with them masked and no chain (no traceback may
-    show them)."""
-    said = f"{type(error).__name__}: {error}"
-    own_prefix = f"sink {sink!r}: "
-    if isinstance(error, SinkError) and str(error).startswith(own_prefix):
-        said = str(error).removeprefix(own_prefix)  # it names the sink already
-    masked = masked_error(
-        error, secrets, lambda text: SinkUnreachableError(text, sink=sink), said, others=others
-    )
-    return error if masked is None else masked

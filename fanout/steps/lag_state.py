@@ -3,9 +3,9 @@
 
 A lag sink's open/lost status is moved by several actors: the batch thread (a reopen
 started at hold-back, a lost target found at the run's first batch), ``FanOut(...)`` (an
-open still running at the start, :meth:`fanout.steps.lag.Lagging.still_opening`), the
-catch-up thread (a reopen) and each sink's reopen thread (its outcome,
-:meth:`fanout.steps.lag.Lagging.reopen`). Kept in several containers, a reader that read
+open still running at the start, :meth:`fanout.steps.lag_reopen.Reopener.still_opening`),
+the catch-up thread (a reopen) and each sink's reopen thread (its outcome,
+:meth:`fanout.steps.lag_reopen.Reopener.reopen`). Kept in several containers, a reader that read
 them apart while a reopen moved the sink from one to the other saw a lost target open and
 wrote it. Here each sink has one :data:`Held` value in one dict, moved only by
 :meth:`SinkStates.move`, which checks the move against :data:`MOVES` and holds the lock;
@@ -33,8 +33,8 @@ it was renamed from (docs/architecture.md §5)."""
 
 @dataclass
 class Opening:
-    """A lag sink's ``open()`` (or, for :class:`fanout.steps.lag.Lagging`, its whole
-    reopen: the open and the lost-target check) in a daemon thread of its own."""
+    """A lag sink's ``open()`` (or, for :class:`fanout.steps.lag_reopen.Reopener`, its
+    whole reopen: the open and the lost-target check) in a daemon thread of its own."""
 
     done: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.monotonic)

@@ -7,6 +7,7 @@ cannot pick up another directory's ``conftest`` module.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import threading
 import time
@@ -257,3 +258,13 @@ def spooled_ids(spool: Spool, key: BatchKey) -> list[int]:
         ],
     )
     return sorted(rows.column("id").to_pylist())
+
+
+def rehook(lagging: Any, **hooks: Any) -> Any:
+    """Replace some of the reopen hooks ``lagging`` (a :class:`fanout.steps.lag.Lagging`)
+    was built with (``ask_target=...``: :class:`fanout.steps.lag_reopen.ReopenHooks`);
+    returns those it had, to put back."""
+    reopener = lagging._reopener
+    was = reopener.hooks
+    reopener.hooks = dataclasses.replace(was, **hooks)
+    return was

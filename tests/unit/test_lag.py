@@ -19,7 +19,7 @@ from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import LagPolicy, lag_policy
 from fanout.steps.lag_state import Lost, Open, Reopening, SinkState, Unopened
 from tests.newest_lines import status_only
-from tests.unit.fakes import SchemaFrame, ScriptedSink, same_error
+from tests.unit.fakes import SchemaFrame, ScriptedSink, rehook, same_error
 
 
 def _fan(tmp: Path, sinks: list[Any], **kw: Any) -> FanOut:
@@ -441,12 +441,11 @@ def test_a_reopened_sink_whose_check_raises_is_closed_before_it_is_opened_again(
     fan = FanOut("closing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
                  spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
     fan.catchup.stop()
-    asked = fan.lagging.ask_target
 
     def unreadable(sink: str) -> Any:
         raise OSError("the ledger cannot be read")
 
-    fan.lagging.ask_target = unreadable
+    asked = rehook(fan.lagging, ask_target=unreadable)
     down.reachable = True
     try:
         for _ in range(3):
@@ -456,7 +455,7 @@ def test_a_reopened_sink_whose_check_raises_is_closed_before_it_is_opened_again(
         assert fan.unopened == ("down",)
         assert "sink 'down': close() after its failed check failed too: OSError: close " \
             "failed" in caplog.text  # fmt: skip
-        fan.lagging.ask_target = asked
+        rehook(fan.lagging, ask_target=asked.ask_target)
         assert fan.lagging.reopen("down") is None
         assert (down.opened, down.closed, fan.unopened) == (4, 3, ())
     finally:
@@ -539,9 +538,9 @@ def test_a_reopened_sink_is_closed_once_wherever_its_reopen_is_when_the_pipeline
     fan = FanOut("closing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
                  spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
     fan.catchup.stop()
-    fan.lagging.ask_target = check
+    rehook(fan.lagging, ask_target=check)
     if at == "moved":
-        fan.lagging.on_reopened = blocks
+        rehook(fan.lagging, on_reopened=blocks)
     down.reachable = True
     try:
         answer = fan.lagging.reopen("down", wait=False)
@@ -589,7 +588,7 @@ def test_while_a_reopen_closes_what_its_failed_check_opened_the_sink_lags_with_t
     fan = FanOut("closing", MemoryLedger(), [ScriptedSink("good"), _spec(down)], backoff_s=0,
                  spool=str(tmp_path / "spool"), probe_interval_s=3600)  # fmt: skip
     fan.catchup.stop()
-    fan.lagging.ask_target = unreadable
+    rehook(fan.lagging, ask_target=unreadable)
     down.reachable = True
     try:
         started = fan.lagging.reopen("down", wait=False)  # the start's error, or the
@@ -625,13 +624,13 @@ def test_a_hanging_check_does_not_stall_the_catch_up_of_the_other_sinks(
                  probe_interval_s=0.05)  # fmt: skip
     frames = {0: SchemaFrame([0, 1])}
     _catch_up_from_memory(fan, frames)
-    asked = fan.lagging.ask_target
+    asked = fan.lagging._reopener.hooks.ask_target
 
     def hangs(sink: str) -> Any:
         assert gate.wait(60)
         return None if asked is None else asked(sink)
 
-    fan.lagging.ask_target = hangs
+    rehook(fan.lagging, ask_target=hangs)
     down.reachable = True
     try:
         fan.process(frames[0], BatchInfo("stalled", 0, "q"))  # both lag; down's check hangs
@@ -669,7 +668,7 @@ def test_a_hold_back_reading_a_reopen_outcome_mid_way_does_not_write_a_lost_targ
     fan.catchup.stop()
     lagging = fan.lagging
     lost = TargetLostError("table gone", sink="down", batch_id=0)
-    lagging.ask_target = lambda sink: lost
+    rehook(lagging, ask_target=lambda sink: lost)
     running = Opening()  # the reopen's thread, played by the test: no other starts
     held = lagging.held("down")
     assert isinstance(held, Unopened)
@@ -681,7 +680,7 @@ def test_a_hold_back_reading_a_reopen_outcome_mid_way_does_not_write_a_lost_targ
         found = read(sink)
         if sink == "down" and not fired:  # the thread's outcome lands now
             fired.append(True)
-            thread = threading.Thread(target=lagging._now_open, args=("down",))
+            thread = threading.Thread(target=lagging._reopener._now_open, args=("down",))
             thread.start()
             thread.join(5.0)
         return found

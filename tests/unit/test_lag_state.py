@@ -13,6 +13,7 @@ from fanout.contract.sink import SinkContext
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.steps.lag import Lagging
+from fanout.steps.lag_reopen import ReopenHooks
 from fanout.steps.lag_state import (
     MOVES,
     Held,
@@ -107,8 +108,10 @@ def test_nine_disallowed_moves_and_seven_allowed_cover_every_pair() -> None:
 def _lagging() -> tuple[Lagging, ScriptedSink]:
     sink = ScriptedSink("down")
     spec = SinkSpec(sink, lag=lag_policy("down", {"on_failure": "lag"}))
-    lagging = Lagging("p", {"down": spec}, MemoryLedger(), None, unopened={"down": (CONTEXT, DOWN)})
-    lagging.ask_target = lambda name: GONE
+    lagging = Lagging(
+        "p", {"down": spec}, MemoryLedger(), None, unopened={"down": (CONTEXT, DOWN)},
+        reopen_hooks=ReopenHooks(ask_target=lambda name: GONE),
+    )  # fmt: skip
     return lagging, sink
 
 

@@ -17,7 +17,7 @@ from fanout.ledger.entry import now_utc
 from fanout.ledger.memory import MemoryLedger
 from fanout.sink_spec import SinkSpec, lag_policy
 from fanout.steps.lag_state import Reopening, SinkState
-from tests.unit.fakes import SchemaFrame, ScriptedSink
+from tests.unit.fakes import SchemaFrame, ScriptedSink, rehook
 
 WAIT_S = 30.0
 """The bound of every wait for another thread (never reached when the test passes)."""
@@ -275,7 +275,7 @@ def test_a_sink_its_reopen_closed_after_a_failed_check_is_not_closed_again(
     def unreadable(sink: str) -> Any:
         raise OSError("the ledger cannot be read")
 
-    fan.lagging.ask_target = unreadable
+    rehook(fan.lagging, ask_target=unreadable)
     down.reachable = True
     try:
         fan.lagging.reopen("down", wait=False)
