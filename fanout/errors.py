@@ -41,10 +41,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-
-if TYPE_CHECKING:
-    from fanout.contract.sink import PartlyHeld
+from typing import Any, Protocol, TypeVar
 
 
 class FanoutError(Exception):
@@ -623,6 +620,17 @@ class ZombieBatchError(CheckpointResetError):
     """
 
 
+class _Part(Protocol):
+    """A :class:`fanout.PartlyHeld`, as :class:`UnmarkedBatchError` holds it (this module
+    imports nothing of fanout's)."""
+
+    @property
+    def committed(self) -> int: ...
+
+    @property
+    def partitions(self) -> int | None: ...
+
+
 class UnmarkedBatchError(CheckpointResetError):
     """A sink holds, by its own records, the batch after its last ledger mark in the epoch
     a reset replaces, all of it or part of it (:class:`fanout.PartlyHeld`: some of its
@@ -669,7 +677,7 @@ class UnmarkedBatchError(CheckpointResetError):
         sinks: Sequence[str] = (),
         batch_id: int | None = None,
         epoch: int | None = None,
-        holds: bool | PartlyHeld | None = None,
+        holds: bool | _Part | None = None,
     ) -> None:
         self.sinks = tuple(sinks)
         self.sink = self.sinks[0] if len(self.sinks) == 1 else None
