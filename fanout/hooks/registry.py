@@ -176,6 +176,19 @@ class PerSinkType(Mapping[str, _T]):
     def __len__(self) -> int:
         return len(self._types)
 
+    def refusal(self, name: str) -> SinkTypeError | None:
+        """Why sink type ``name`` is refused: the :class:`SinkTypeError` its class raises when
+        read (its plugin declares it wrong), answered without raising; ``None`` for a type
+        that loads and for a name no plugin registers. A lazy reference is imported here,
+        so a module of it that does not import raises its :class:`PluginLoadError`."""
+        if name not in self._types:
+            return None
+        try:
+            self._types[name].sink_class  # noqa: B018 - imports a lazy reference
+        except SinkTypeError as exc:
+            return exc
+        return None
+
 
 @dataclass
 class Registry:

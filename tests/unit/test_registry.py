@@ -365,6 +365,24 @@ def test_one_bad_sink_type_leaves_the_other_types_of_its_plugin_and_of_others(
     assert [str(e) for e in registry.load_errors] == [said]
 
 
+def test_a_types_refusal_is_answered_without_raising() -> None:
+    """What a pipeline file's check asks once per sink type (``PerSinkType.refusal``): the
+    error of a type its plugin declares wrong, ``None`` for one that loads or is unknown."""
+    from fanout.hooks.registry import PerSinkType
+
+    class NoCommaSink(Sink):
+        guarantees = "idempotent"  # type: ignore[assignment]
+
+    ep = entry_point("mixed", {"good": JsonlSink, "bad": NoCommaSink}, ("fanout-mixed", "1"))
+    options = PerSinkType(load_registry(entry_points_=[ep]).sink_types(), option_names)
+    refusal = options.refusal("bad")
+    assert isinstance(refusal, SinkTypeError)
+    assert str(refusal).startswith("plugin fanout-mixed 1: sink type 'bad' declares guarantees")
+    assert (options.refusal("good"), options.refusal("mongodb")) == (None, None)
+    with pytest.raises(SinkTypeError):  # asked as a mapping, it raises
+        options["bad"]
+
+
 def test_guarantee_as_a_class_attribute_is_a_plugin_error() -> None:
     class OldStyleSink(Sink):
         guarantee = "idempotent"  # type: ignore[assignment]
