@@ -50,7 +50,7 @@ from fanout.hooks.registry import (
     load_registry,
     option_names,
     resolve_plugins,
-    warn_of_refused_type,
+    warn_of_refused_types,
 )
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
@@ -153,9 +153,7 @@ def load_pipeline(path: str) -> PipelineConfig:
         # a sink module of the file's own plugin, imported when its type is used, is as
         # much the file's module as the plugin module itself (file_registry)
         raise ConfigurationError(f"{file}: plugins: {exc}") from exc
-    for sink_type in types.values():
-        if sink_type.refused is not None:
-            warn_of_refused_type(sink_type.refused)
+    warn_of_refused_types(types)
     return config
 
 

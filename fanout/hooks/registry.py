@@ -550,6 +550,16 @@ def warn_of_refused_type(refused: str) -> None:
         log.warning("%s; a sink of that type is refused, the plugin's other types load", refused)
 
 
+def warn_of_refused_types(types: Mapping[str, SinkType]) -> None:
+    """Warn of each refused type of ``types`` (:func:`warn_of_refused_type`), once the
+    sinks were built or checked from those ``types`` listed with ``warn_refused=False``:
+    a type a sink uses raised its :class:`SinkTypeError` then, so those left are the ones
+    no sink uses, which are only warned of."""
+    for sink_type in types.values():
+        if sink_type.refused is not None:
+            warn_of_refused_type(sink_type.refused)
+
+
 def _takes_name(sink_class: type[Sink]) -> bool:
     """Whether the constructor takes ``name=`` (a signature it cannot read: assume so)."""
     try:

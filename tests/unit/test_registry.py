@@ -365,6 +365,37 @@ def test_one_bad_sink_type_leaves_the_other_types_of_its_plugin_and_of_others(
     assert [str(e) for e in registry.load_errors] == [said]
 
 
+def test_a_fan_out_given_a_sink_of_a_bad_type_raises_without_the_unused_types_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``FanOut(...)`` given a sink of a type its plugin declares wrong logged the warning
+    meant for a type no sink uses ('...; a sink of that type is refused, the plugin's other
+    types load'), then raised the same text: a used type is only raised."""
+    import fanout.hooks.registry as registry_module
+    from fanout.ledger.memory import MemoryLedger
+
+    class NoCommaSink(Sink):
+        guarantees = "idempotent"  # type: ignore[assignment]
+
+    plugin = plugin_module("fake_mixed", {"good": JsonlSink, "bad": NoCommaSink})
+    monkeypatch.setattr(registry_module, "_warned_refused", set())
+    caplog.set_level("WARNING", logger="fanout")
+    said = (
+        "plugin module fake_mixed: sink type 'bad' declares guarantees = 'idempotent', a str, "
+        'not a tuple: write guarantees = ("idempotent",) (the trailing comma makes it a tuple)'
+    )
+    with pytest.raises(SinkTypeError) as refused:
+        fanout.FanOut("p", MemoryLedger(), [{"type": "bad", "name": "b"}], plugins=[plugin])
+    assert str(refused.value) == said
+    assert caplog.records == []
+
+    sinks = [{"type": "good", "name": "g", "directory": "/d"}]
+    fanout.FanOut("p", MemoryLedger(), sinks, plugins=[plugin]).close()  # not used: warned
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{said}; a sink of that type is refused, the plugin's other types load"
+    ]
+
+
 def test_a_types_refusal_is_answered_without_raising() -> None:
     """What a pipeline file's check asks once per sink type (``PerSinkType.refusal``): the
     error of a type its plugin declares wrong, ``None`` for one that loads or is unknown."""
