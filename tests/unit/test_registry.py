@@ -1201,6 +1201,41 @@ def test_fanout_plugins_lists_a_lazy_type_whose_module_does_not_import_as_an_err
     ) in err
 
 
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_lazy_type_of_an_installed_plugin_a_file_uses_that_does_not_import_exits_2(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It exited 1 (``fanout: PluginLoadError: ...``), where the same module of a plugin
+    the file names in ``plugins = [...]`` exits 2: either way the file uses a sink type
+    that cannot load, a configuration error found before Spark starts, with the plugin's
+    error naming the plugin, the type and what to do."""
+    import fanout.hooks.registry as registry_module
+    from fanout.app.cli import main
+
+    ep = entry_point(
+        "lazy", {"lazy": "fanout_missing_driver_probe:LazySink"}, dist=("fanout-lazy", "2.0")
+    )
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: [ep])
+    file = tmp_path / "p.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\n'
+        f'checkpoint = "{tmp_path}/checkpoint"\n[source]\nformat = "rate"\n'
+        '[[sinks]]\ntype = "lazy"\nname = "raw"\n'
+    )
+    assert main([command, str(file)]) == 2
+    assert capsys.readouterr().err == (
+        f'fanout: configuration error: {file}: Error importing plugin "lazy" (distribution '
+        "fanout-lazy): ModuleNotFoundError: No module named 'fanout_missing_driver_probe'; "
+        "fanout imports sink type 'lazy' (fanout_missing_driver_probe:LazySink) when a sink "
+        "of it is built or checked, or `fanout plugins` lists it: install what it imports, "
+        "fix it, or uninstall it (`pip uninstall fanout-lazy`)\n"
+    )
+    assert not (tmp_path / "ledger").exists()
+
+
 LAZY_IMPORTS = """
 import sys
 from fanout.app.cli import build_parser, installed_plugins
