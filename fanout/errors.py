@@ -620,6 +620,17 @@ class ZombieBatchError(CheckpointResetError):
     """
 
 
+class _Part(Protocol):
+    """A :class:`fanout.PartlyHeld`, as :class:`UnmarkedBatchError` holds it (this module
+    imports nothing of fanout's)."""
+
+    @property
+    def committed(self) -> int: ...
+
+    @property
+    def partitions(self) -> int | None: ...
+
+
 class UnmarkedBatchError(CheckpointResetError):
     """A sink holds, by its own records, the batch after its last ledger mark in the epoch
     a reset replaces, all of it or part of it (:class:`fanout.PartlyHeld`: some of its
@@ -634,7 +645,44 @@ class UnmarkedBatchError(CheckpointResetError):
     replay completes it). ``on_checkpoint_reset="new_epoch"`` does not
     take it. The message names the sink, the batch, its source offsets when the ledger knows
     them, the sinks that lack the batch, and the operator's choices.
+
+    Also raised when a sink that would be asked could not be opened (``on_failure="lag"``:
+    it was not asked), and when the query refused for a batch held unmarked is started
+    again on its checkpoint while a sink would get that batch a second time.
+
+    What the refusal is about, for a caller to read instead of the message (each ``None``
+    where the raise site does not know it, or where the sinks it names differ in it):
+
+    :ivar sinks: every sink the refusal names, in the message's order: at a start, those
+        holding the batch after their mark, or those that could not be asked; for the
+        refused query started again, those that lost their mark of the batch and, asked
+        again, still hold it, or (when another sink wrote and marked the batch since, not
+        asked) those that lost it. Empty when the raise site names none.
+    :ivar sink: the one sink of ``sinks``, when it names one (``None`` for several).
+    :ivar batch_id: the batch the refusal is about (held without its mark, or the one an
+        unopened sink would have been asked about), when it is one batch for all of
+        ``sinks`` (``None``: they differ, or an unopened sink has no mark in the epoch, so
+        it would have been asked about several in turn).
+    :ivar epoch: that batch's epoch, the one the new epoch would replace.
+    :ivar holds: what the sinks answered about it, as :meth:`fanout.Sink.holds_batch`
+        answers: ``True`` the whole batch, a :class:`fanout.PartlyHeld` part of it (no lost
+        mark recorded), ``None`` not asked (a sink not opened; a refused query started
+        again after another sink wrote the batch) or answers that differ. Never ``False``.
     """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        sinks: Sequence[str] = (),
+        batch_id: int | None = None,
+        epoch: int | None = None,
+        holds: bool | _Part | None = None,
+    ) -> None:
+        self.sinks = tuple(sinks)
+        self.sink = self.sinks[0] if len(self.sinks) == 1 else None
+        self.batch_id, self.epoch, self.holds = batch_id, epoch, holds
+        super().__init__(message)
 
 
 class CheckpointRollbackError(CheckpointError):

@@ -30,7 +30,7 @@ from fanout.contract.locations import (
 from fanout.contract.names import check_name
 from fanout.contract.options import SinkClass, coerce_option_text, coerce_text
 from fanout.errors import ConfigurationError, SinkTypeError, shell_word
-from fanout.hooks.registry import is_module_name
+from fanout.hooks.registry import PerSinkType, is_module_name
 from fanout.observe.logs import register_secrets
 from fanout.observe.option_values import HIDDEN_STRING, option_type_problems, value_problem
 from fanout.observe.secrets import expand_env, location_secrets
@@ -162,11 +162,20 @@ def _expand(value: Any, where: str, mistakes: _Mistakes) -> Any:
     return value
 
 
-def _expand_sinks(sinks: Any, self_expanded: Mapping[str, list[str]], mistakes: _Mistakes) -> Any:
+def _expand_sinks(
+    sinks: Any,
+    sink_options: Mapping[str, list[str]],
+    self_expanded: Mapping[str, list[str]],
+    mistakes: _Mistakes,
+) -> tuple[Any, dict[str, SinkTypeError]]:
     """``[[sinks]]`` with ``${VAR}`` resolved, except in the options their sink type
-    expands itself (a PostgreSQL URL is parsed first, so a password needs no escaping)."""
+    expands itself (a PostgreSQL URL is parsed first, so a password needs no escaping);
+    and the sink types they use that their plugins declare wrong, each with its error,
+    asked here, where each type's name is first known (:func:`_refusal`): every option of
+    such a type is expanded, and :func:`_check_sink` says the refusal."""
+    refused: dict[str, SinkTypeError] = {}
     if not isinstance(sinks, list):
-        return _expand(sinks, "sinks", mistakes)
+        return _expand(sinks, "sinks", mistakes), refused
     expanded = []
     for index, sink in enumerate(sinks):
         where = f"sinks[{index}]"
@@ -174,15 +183,23 @@ def _expand_sinks(sinks: Any, self_expanded: Mapping[str, list[str]], mistakes: 
             expanded.append(_expand(sink, where, mistakes))
             continue
         kind = _expand(sink.get("type"), f"{where}.type", mistakes)
-        try:
-            kept = set(self_expanded.get(str(kind), ()))
-        except SinkTypeError:  # its plugin declares the type wrong: _check_sink says so
-            kept = set()
+        refusal = _refusal(sink_options, kind) if isinstance(kind, str) else None
+        if refusal is not None:
+            refused[kind] = refusal
+        kept = set() if refusal is not None else set(self_expanded.get(str(kind), ()))
         expanded.append({
             k: kind if k == "type" else v if k in kept else _expand(v, f"{where}.{k}", mistakes)
             for k, v in sink.items()
         })  # fmt: skip
-    return expanded
+    return expanded, refused
+
+
+def _refusal(sink_options: Mapping[str, list[str]], type_name: str) -> SinkTypeError | None:
+    """The error of sink type ``type_name`` when its plugin declares it wrong
+    (:meth:`fanout.hooks.registry.PerSinkType.refusal`), without raising; ``None`` for a
+    type that loads, an unknown one, and every type of a mapping built beforehand (such
+    as :func:`fanout.app.runner.sink_option_names`'s, which leaves refused types out)."""
+    return sink_options.refusal(type_name) if isinstance(sink_options, PerSinkType) else None
 
 
 def _check_section(name: str, data: Any, mistakes: _Mistakes) -> dict[str, Any]:
@@ -357,6 +374,7 @@ def check_sinks(
     sink_classes: Mapping[str, SinkClass] | None = None,
     *,
     mistakes: _Mistakes | None = None,
+    refused: Mapping[str, SinkTypeError] | None = None,
 ) -> list[dict[str, Any]]:
     """Check each ``[[sinks]]`` entry's type and option names against the installed plugins,
     and, given the sink classes, each option's value against its constructor's annotation
@@ -370,6 +388,8 @@ def check_sinks(
     :param sink_classes: each known sink type's class (``None``: values not checked).
     :param mistakes: where :func:`parse` collects the file's mistakes (then nothing is
         raised here).
+    :param refused: the sink types the entries use that their plugins declare wrong, each
+        with its error (as :func:`parse` found them): said for each entry of such a type.
     """
     own = mistakes is None
     found = _Mistakes(None) if mistakes is None else mistakes
@@ -384,7 +404,9 @@ def check_sinks(
         found.add(ConfigurationError("sinks: at least one [[sinks]] entry is required"))
     else:
         for index, sink in enumerate(sinks):
-            typed = _check_sink(f"sinks[{index}]", sink, sink_options, sink_classes, found)
+            typed = _check_sink(
+                f"sinks[{index}]", sink, sink_options, sink_classes, refused or {}, found
+            )
             if typed is not None:
                 sinks[index] = typed
     if own:
@@ -397,6 +419,7 @@ def _check_sink(
     sink: Any,
     sink_options: Mapping[str, list[str]],
     sink_classes: Mapping[str, SinkClass] | None,
+    refused: Mapping[str, SinkTypeError],
     mistakes: _Mistakes,
 ) -> dict[str, Any] | None:
     """One ``[[sinks]]`` entry checked (see :func:`check_sinks`), each mistake collected in
@@ -408,12 +431,11 @@ def _check_sink(
         return None
     before = len(mistakes.errors)
     type_name: Any = sink.get("type")
-    try:
-        type_options = sink_options.get(type_name, ())
-    except SinkTypeError as exc:  # its plugin declares the type wrong: said for this sink
+    if isinstance(type_name, str) and type_name in refused:  # its plugin declares it wrong
         named = f" (sink {sink['name']!r})" if isinstance(sink.get("name"), str) else ""
-        mistakes.add(ConfigurationError(f"{path}.type{named}: {exc}"))
+        mistakes.add(ConfigurationError(f"{path}.type{named}: {refused[type_name]}"))
         return None
+    type_options = sink_options.get(type_name, ())
     known = ["type", "name", *CORE_OPTIONS, *type_options]
     # a misspelt name is reported below as the unknown option it is, once the type is known
     taken = _suggested(sink, known) if type_name in sink_options else set()
@@ -575,8 +597,11 @@ def parse(
     expanded: dict[str, Any] = _expand(
         {k: v for k, v in data.items() if k != "sinks"}, "", mistakes
     )
+    refused: dict[str, SinkTypeError] = {}
     if sinks is not None:
-        expanded["sinks"] = _expand_sinks(sinks, self_expanded or {}, mistakes)
+        expanded["sinks"], refused = _expand_sinks(
+            sinks, sink_options, self_expanded or {}, mistakes
+        )
     if len(mistakes.errors) > before:
         mistakes.raise_any()
     data = expanded
@@ -595,7 +620,7 @@ def parse(
     metrics = _check_section("metrics", data["metrics"], mistakes) if "metrics" in data else None
     trigger = _check_trigger(dict(pipeline.get("trigger", {})), mistakes)
     sinks = (
-        check_sinks(data["sinks"], sink_options, sink_classes, mistakes=mistakes)
+        check_sinks(data["sinks"], sink_options, sink_classes, mistakes=mistakes, refused=refused)
         if "sinks" in data
         else []
     )

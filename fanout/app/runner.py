@@ -50,7 +50,7 @@ from fanout.hooks.registry import (
     load_registry,
     option_names,
     resolve_plugins,
-    warn_of_refused_type,
+    warn_of_refused_types,
 )
 from fanout.hooks.specs import hookimpl
 from fanout.observe.logs import known_secrets
@@ -128,10 +128,11 @@ def sink_self_expanded_options() -> dict[str, list[str]]:
 def load_pipeline(path: str) -> PipelineConfig:
     """The pipeline file at ``path``, checked against the installed sink types and those of
     the modules its top-level ``plugins`` names (imported first: one that does not import
-    is a :class:`fanout.ConfigurationError` naming it and its error, as is a sink module
-    of theirs a sink of the file imports), their plugins discovered once. A sink type the
-    file uses that its plugin declares wrong is a :class:`fanout.errors.SinkTypeError` (a
-    configuration error); one it does not use is only logged."""
+    is a :class:`fanout.ConfigurationError` naming it and its error), their plugins
+    discovered once. A sink type the file uses that cannot load is a
+    :class:`fanout.ConfigurationError` too: its plugin declares it wrong (said by the
+    sink's key), or its ``"module:Class"`` module, of any plugin, does not import (the
+    plugin's import error, with what to do); one it does not use is only logged."""
     file = Path(path)
     data = read(file)
     own = plugin_names(data)
@@ -148,14 +149,12 @@ def load_pipeline(path: str) -> PipelineConfig:
             PerSinkType(types, lambda sink_class: sink_class),
         )
     except PluginLoadError as exc:
-        if exc.plugin_name not in own:  # an installed plugin's: as its import error is
-            raise
-        # a sink module of the file's own plugin, imported when its type is used, is as
+        # a sink module imported when the file uses its type: the file uses a type that
+        # cannot load, as when its plugin declares it wrong; of the file's own plugin, as
         # much the file's module as the plugin module itself (file_registry)
-        raise ConfigurationError(f"{file}: plugins: {exc}") from exc
-    for sink_type in types.values():
-        if sink_type.refused is not None:
-            warn_of_refused_type(sink_type.refused)
+        where = "plugins: " if exc.plugin_name in own else ""
+        raise ConfigurationError(f"{file}: {where}{exc}") from exc
+    warn_of_refused_types(types)
     return config
 
 

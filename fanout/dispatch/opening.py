@@ -17,6 +17,7 @@ from fanout.deadletters.moved import checked
 from fanout.deadletters.target import resolve_target
 from fanout.dispatch.secrets import gathered, same_kind
 from fanout.errors import ConfigurationError, FanoutError, SinkUnreachableError
+from fanout.hooks.registry import warn_of_refused_types
 from fanout.ledger.entry import Ledger, ledger_location
 from fanout.observe.logs import batch_fields, register_secrets
 from fanout.observe.secrets import masked_error
@@ -46,7 +47,10 @@ def build_specs(
         )
     if not configs:
         raise ConfigurationError(f"pipeline {pipeline!r}: no sinks configured")
-    types = registry.sink_types() if any(isinstance(c, Mapping) for c in configs) else {}
+    # a refused type a sink uses raises its SinkTypeError when built: only those no sink
+    # uses are warned of, once every sink is built
+    any_dict = any(isinstance(c, Mapping) for c in configs)
+    types = registry.sink_types(warn_refused=False) if any_dict else {}
     specs: dict[str, SinkSpec] = {}
     for config in configs:
         if isinstance(config, SinkSpec):
@@ -66,6 +70,7 @@ def build_specs(
                 "sink names must be unique (they key the ledger)"
             )
         specs[spec.name] = spec
+    warn_of_refused_types(types)
     return specs
 
 

@@ -176,6 +176,19 @@ class PerSinkType(Mapping[str, _T]):
     def __len__(self) -> int:
         return len(self._types)
 
+    def refusal(self, name: str) -> SinkTypeError | None:
+        """Why sink type ``name`` is refused: the :class:`SinkTypeError` its class raises when
+        read (its plugin declares it wrong), answered without raising; ``None`` for a type
+        that loads and for a name no plugin registers. A lazy reference is imported here,
+        so a module of it that does not import raises its :class:`PluginLoadError`."""
+        if name not in self._types:
+            return None
+        try:
+            self._types[name].sink_class  # noqa: B018 - imports a lazy reference
+        except SinkTypeError as exc:
+            return exc
+        return None
+
 
 @dataclass
 class Registry:
@@ -535,6 +548,16 @@ def warn_of_refused_type(refused: str) -> None:
     if refused not in _warned_refused:
         _warned_refused.add(refused)
         log.warning("%s; a sink of that type is refused, the plugin's other types load", refused)
+
+
+def warn_of_refused_types(types: Mapping[str, SinkType]) -> None:
+    """Warn of each refused type of ``types`` (:func:`warn_of_refused_type`), once the
+    sinks were built or checked from those ``types`` listed with ``warn_refused=False``:
+    a type a sink uses raised its :class:`SinkTypeError` then, so those left are the ones
+    no sink uses, which are only warned of."""
+    for sink_type in types.values():
+        if sink_type.refused is not None:
+            warn_of_refused_type(sink_type.refused)
 
 
 def _takes_name(sink_class: type[Sink]) -> bool:

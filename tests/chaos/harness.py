@@ -50,12 +50,13 @@ class ChaosReport:
 
     def table(self) -> str:
         """The per-sink table, as printed by the long run."""
+        width = max([len("sink"), *(len(c.sink) for c in self.checks)]) + 2
         lines = [
-            f"{'sink':<16}{'expected':>10}{'present':>10}{'missing':>10}{'duplicated':>12}{'wrong':>8}"
+            f"{'sink':<{width}}{'expected':>10}{'present':>10}{'missing':>10}{'duplicated':>12}{'wrong':>8}"
         ]
         for c in self.checks:
             lines.append(
-                f"{c.sink:<16}{c.expected:>10}{c.present:>10}{c.missing:>10}{c.duplicated:>12}{c.wrong:>8}"
+                f"{c.sink:<{width}}{c.expected:>10}{c.present:>10}{c.missing:>10}{c.duplicated:>12}{c.wrong:>8}"
             )
         return "\n".join(lines + self.notes)
 

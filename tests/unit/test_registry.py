@@ -365,6 +365,55 @@ def test_one_bad_sink_type_leaves_the_other_types_of_its_plugin_and_of_others(
     assert [str(e) for e in registry.load_errors] == [said]
 
 
+def test_a_fan_out_given_a_sink_of_a_bad_type_raises_without_the_unused_types_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``FanOut(...)`` given a sink of a type its plugin declares wrong logged the warning
+    meant for a type no sink uses ('...; a sink of that type is refused, the plugin's other
+    types load'), then raised the same text: a used type is only raised."""
+    import fanout.hooks.registry as registry_module
+    from fanout.ledger.memory import MemoryLedger
+
+    class NoCommaSink(Sink):
+        guarantees = "idempotent"  # type: ignore[assignment]
+
+    plugin = plugin_module("fake_mixed", {"good": JsonlSink, "bad": NoCommaSink})
+    monkeypatch.setattr(registry_module, "_warned_refused", set())
+    caplog.set_level("WARNING", logger="fanout")
+    said = (
+        "plugin module fake_mixed: sink type 'bad' declares guarantees = 'idempotent', a str, "
+        'not a tuple: write guarantees = ("idempotent",) (the trailing comma makes it a tuple)'
+    )
+    with pytest.raises(SinkTypeError) as refused:
+        fanout.FanOut("p", MemoryLedger(), [{"type": "bad", "name": "b"}], plugins=[plugin])
+    assert str(refused.value) == said
+    assert caplog.records == []
+
+    sinks = [{"type": "good", "name": "g", "directory": "/d"}]
+    fanout.FanOut("p", MemoryLedger(), sinks, plugins=[plugin]).close()  # not used: warned
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{said}; a sink of that type is refused, the plugin's other types load"
+    ]
+
+
+def test_a_types_refusal_is_answered_without_raising() -> None:
+    """What a pipeline file's check asks once per sink type (``PerSinkType.refusal``): the
+    error of a type its plugin declares wrong, ``None`` for one that loads or is unknown."""
+    from fanout.hooks.registry import PerSinkType
+
+    class NoCommaSink(Sink):
+        guarantees = "idempotent"  # type: ignore[assignment]
+
+    ep = entry_point("mixed", {"good": JsonlSink, "bad": NoCommaSink}, ("fanout-mixed", "1"))
+    options = PerSinkType(load_registry(entry_points_=[ep]).sink_types(), option_names)
+    refusal = options.refusal("bad")
+    assert isinstance(refusal, SinkTypeError)
+    assert str(refusal).startswith("plugin fanout-mixed 1: sink type 'bad' declares guarantees")
+    assert (options.refusal("good"), options.refusal("mongodb")) == (None, None)
+    with pytest.raises(SinkTypeError):  # asked as a mapping, it raises
+        options["bad"]
+
+
 def test_guarantee_as_a_class_attribute_is_a_plugin_error() -> None:
     class OldStyleSink(Sink):
         guarantee = "idempotent"  # type: ignore[assignment]
@@ -1150,6 +1199,41 @@ def test_fanout_plugins_lists_a_lazy_type_whose_module_does_not_import_as_an_err
         'fanout: Error importing plugin "lazy_probe_plugin": ModuleNotFoundError: No module '
         "named 'fanout_missing_driver_probe'; fanout imports sink type 'lazybroken'"
     ) in err
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_lazy_type_of_an_installed_plugin_a_file_uses_that_does_not_import_exits_2(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """It exited 1 (``fanout: PluginLoadError: ...``), where the same module of a plugin
+    the file names in ``plugins = [...]`` exits 2: either way the file uses a sink type
+    that cannot load, a configuration error found before Spark starts, with the plugin's
+    error naming the plugin, the type and what to do."""
+    import fanout.hooks.registry as registry_module
+    from fanout.app.cli import main
+
+    ep = entry_point(
+        "lazy", {"lazy": "fanout_missing_driver_probe:LazySink"}, dist=("fanout-lazy", "2.0")
+    )
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: [ep])
+    file = tmp_path / "p.toml"
+    file.write_text(
+        f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\n'
+        f'checkpoint = "{tmp_path}/checkpoint"\n[source]\nformat = "rate"\n'
+        '[[sinks]]\ntype = "lazy"\nname = "raw"\n'
+    )
+    assert main([command, str(file)]) == 2
+    assert capsys.readouterr().err == (
+        f'fanout: configuration error: {file}: Error importing plugin "lazy" (distribution '
+        "fanout-lazy): ModuleNotFoundError: No module named 'fanout_missing_driver_probe'; "
+        "fanout imports sink type 'lazy' (fanout_missing_driver_probe:LazySink) when a sink "
+        "of it is built or checked, or `fanout plugins` lists it: install what it imports, "
+        "fix it, or uninstall it (`pip uninstall fanout-lazy`)\n"
+    )
+    assert not (tmp_path / "ledger").exists()
 
 
 LAZY_IMPORTS = """

@@ -8,7 +8,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -235,21 +235,13 @@ class _NaivePlugin:
 
 
 def test_validate_warns_for_an_at_least_once_sink_as_run_does(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, with_test_sinks: Callable[[object], None]
 ) -> None:
     """Only the summary under the checklist said ``(not declared)``: no WARN line."""
-    import fanout.hooks.registry as registry_module
-    from fanout.app import runner
     from fanout.app.runner import load_pipeline
     from fanout.app.validate import run_checks
 
-    load = registry_module.load_registry
-
-    def with_test_sinks(extra: Any = (), **kwargs: Any) -> Any:
-        return load([_NaivePlugin(), *extra], **kwargs)
-
-    monkeypatch.setattr(registry_module, "load_registry", with_test_sinks)
-    monkeypatch.setattr(runner, "load_registry", with_test_sinks)
+    with_test_sinks(_NaivePlugin())
     file = tmp_path / "p.toml"
     file.write_text(
         f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\n'

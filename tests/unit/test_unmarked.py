@@ -4,7 +4,9 @@ sinks: the real sinks' hooks are tested against their services)."""
 
 from __future__ import annotations
 
+import copy
 import logging
+import pickle
 from typing import Any
 
 import pytest
@@ -40,6 +42,11 @@ def _ledger(marks: dict[str, int]) -> MemoryLedger:
 INFO = BatchInfo("p", 0, "new", epoch=0)
 
 
+def _about(error: UnmarkedBatchError) -> tuple[object, ...]:
+    """What ``error``'s attributes say it is about: its sinks, sink, batch, epoch, answer."""
+    return (error.sinks, error.sink, error.batch_id, error.epoch, error.holds)
+
+
 def test_no_sink_holds_the_next_batch_passes_and_records_nothing() -> None:
     ledger = _ledger({"a": 2, "b": 2})
     sinks = {"a": Answering("a", {0, 1, 2}), "b": Answering("b", set())}
@@ -56,6 +63,7 @@ def test_a_sink_holding_the_next_batch_is_refused_and_its_mark_recorded() -> Non
     assert "sink a holds batch 3 of epoch 0" in str(refused.value)
     assert "sinks without it: b (mark 2), c (mark 2, cannot tell)." in str(refused.value)
     assert "--sink b --through 3 --epoch 0" in str(refused.value)
+    assert _about(refused.value) == (("a",), "a", 3, 0, True)
     assert ledger.last_committed("p", ["a", "b", "c"]) == {"a": 3, "b": 2, "c": 2}
     refuse_unmarked(INFO, ledger, sinks)  # asked again: a about batch 4 now
     assert sinks["a"].asked == [(0, 3), (0, 4)]
@@ -189,6 +197,7 @@ def test_the_refused_query_again_when_every_sink_counts_the_batch_is_refused_aga
         "pipeline 'p': query new cannot start epoch 1: it was refused before because sink a "
         "held batch 3 of epoch 0 unmarked, so its checkpoint starts before that batch"
     )
+    assert _about(again.value) == (("a",), "a", 3, 0, True)  # asked again: still holds it
     assert a.asked == [(0, 3), (0, 3)]
     refuse_unmarked(BatchInfo("p", 0, "newer", epoch=0), ledger, {"a": a})
     a.held = set()
@@ -262,6 +271,7 @@ def test_the_refused_query_again_after_the_copy_was_removed_stays_refused_when_a
         "sink silver wrote and marked batch 3: started again, this query would write batch "
         "3's rows a second time there."
     )
+    assert _about(again.value) == (("a",), "a", 3, 0, None)  # not asked again
     refuse_unmarked(BatchInfo("p", 0, "newer", epoch=0), ledger, sinks)  # a new checkpoint
 
 
@@ -292,6 +302,7 @@ def test_a_sink_holding_part_of_the_next_batch_is_refused_and_no_mark_recorded()
         assert ledger.last_committed("p", ["a", "b"]) == {"a": 2, "b": 3}
     text = str(refused.value)
     assert "cannot start epoch 1: sink a holds part of batch 3 of epoch 0 by its own " in text
+    assert _about(refused.value) == (("a",), "a", 3, 0, PartlyHeld(1, 4))
     assert "Nothing was written under epoch 1.\n" in text and "now records" not in text
     lines = text.splitlines()
     assert lines[1] == (
@@ -902,3 +913,51 @@ def test_a_start_another_query_made_first_is_refused_before_any_fence(tmp_path: 
         "query new cannot start epoch 1: the pipeline is at epoch 1 already (another query "
         "accepted a checkpoint reset meanwhile)"
     ) in str(refused.value)
+
+
+def test_sinks_holding_different_batches_are_named_and_what_differs_is_none() -> None:
+    """One refusal for two sinks: ``sinks`` names both, ``sink`` neither, and the batch and
+    the answer, which differ, are ``None``; the epoch is theirs."""
+    ledger = _ledger({"a": 2, "b": 3})
+    sinks = {"a": Answering("a", {3}), "b": Partly("b", 4, 1, 2)}
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, sinks)
+    assert str(refused.value).startswith(
+        "pipeline 'p': query new cannot start epoch 1: sink a holds batch 3, sink b holds part "
+        "of batch 4 of epoch 0"
+    )
+    assert _about(refused.value) == (("a", "b"), None, None, 0, None)
+
+
+def test_sinks_that_could_not_be_opened_are_named_not_asked() -> None:
+    """The refusal of sinks that could not be asked: ``holds`` is ``None``; ``batch_id`` is
+    the batch after their mark, ``None`` when one has no mark in the epoch (asked about
+    several in turn)."""
+    down = OSError("connection refused")
+    ledger = _ledger({"a": 2, "b": 2, "c": 2})
+    sinks = {"a": Answering("a", set())}
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, sinks, unopened={"b": down, "c": down})
+    assert str(refused.value).startswith(
+        "pipeline 'p': query new cannot start epoch 1: sink b could not be opened, so it was "
+        "not asked whether it holds batch 3 of epoch 0 (the batch after its mark 2)"
+    )
+    assert _about(refused.value) == (("b", "c"), None, 3, 0, None)
+    assert sinks["a"].asked == []  # refused before anything is asked
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, sinks, unopened={"b": down, "new": down})
+    assert _about(refused.value) == (("b", "new"), None, None, 0, None)
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, sinks, unopened={"new": down})
+    assert _about(refused.value) == (("new",), "new", None, 0, None)
+
+
+def test_the_refusal_keeps_its_attributes_through_pickle_and_copy() -> None:
+    """A query's error travels (pickled by Spark's Python worker, copied by a retry):
+    the attributes come back with the message."""
+    ledger = _ledger({"a": 2})
+    with pytest.raises(UnmarkedBatchError) as refused:
+        refuse_unmarked(INFO, ledger, {"a": Partly("a", 3, 1, None)})
+    for again in (pickle.loads(pickle.dumps(refused.value)), copy.copy(refused.value)):
+        assert type(again) is UnmarkedBatchError and str(again) == str(refused.value)
+        assert _about(again) == (("a",), "a", 3, 0, PartlyHeld(1, None))

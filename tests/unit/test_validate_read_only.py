@@ -6,14 +6,13 @@ changes are printed as ``INFO``; a sink type that does not (written before the f
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
-import fanout.hooks.registry as registry_module
 from fanout import Batch, Sink, SinkContext, hookimpl
-from fanout.app import runner
 from fanout.app.runner import load_pipeline
 from fanout.app.validate import report, run_checks
 from fanout.errors import ConfigurationError, SchemaMismatchError, SinkUnreachableError
@@ -97,15 +96,9 @@ directory = "{root}/again"
 
 
 def test_validate_opens_only_sinks_that_check_read_only_and_writes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, with_test_sinks: Callable[[object], None]
 ) -> None:
-    load = registry_module.load_registry
-
-    def with_test_sinks(extra: Any = (), **kwargs: Any) -> Any:
-        return load([_Plugin(), *extra], **kwargs)
-
-    monkeypatch.setattr(registry_module, "load_registry", with_test_sinks)
-    monkeypatch.setattr(runner, "load_registry", with_test_sinks)
+    with_test_sinks(_Plugin())
     file = tmp_path / "p.toml"
     file.write_text(PIPELINE.format(root=tmp_path))
     ChecksItsDirectory.opened_with.clear()
@@ -139,15 +132,9 @@ def test_validate_opens_only_sinks_that_check_read_only_and_writes_nothing(
 
 
 def test_validate_fails_two_sinks_claiming_one_exclusive_resource(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, with_test_sinks: Callable[[object], None]
 ) -> None:
-    load = registry_module.load_registry
-
-    def with_test_sinks(extra: Any = (), **kwargs: Any) -> Any:
-        return load([_Plugin(), *extra], **kwargs)
-
-    monkeypatch.setattr(registry_module, "load_registry", with_test_sinks)
-    monkeypatch.setattr(runner, "load_registry", with_test_sinks)
+    with_test_sinks(_Plugin())
     file = tmp_path / "p.toml"
     file.write_text(
         f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\ncheckpoint = "{tmp_path}/c"\n'
@@ -427,17 +414,11 @@ class _TokenPlugin:
 
 
 def test_validate_masks_the_secret_a_sink_declares_in_its_failed_open(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, with_test_sinks: Callable[[object], None]
 ) -> None:
     """``fanout validate`` printed the token ``FanOut(...)`` masks: the secrets of the
     sinks it opened were never registered nor masked."""
-    load = registry_module.load_registry
-
-    def with_test_sinks(extra: Any = (), **kwargs: Any) -> Any:
-        return load([_TokenPlugin(), *extra], **kwargs)
-
-    monkeypatch.setattr(registry_module, "load_registry", with_test_sinks)
-    monkeypatch.setattr(runner, "load_registry", with_test_sinks)
+    with_test_sinks(_TokenPlugin())
     file = tmp_path / "p.toml"
     file.write_text(
         f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\n'
@@ -497,18 +478,12 @@ class _BackfillPlugin:
 
 
 def test_an_unreachable_failure_of_a_pipeline_check_names_the_sink_its_error_names(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, with_test_sinks: Callable[[object], None]
 ) -> None:
     """The report recovered the unreachable sinks by parsing each check's text: the
     ``backfill_from`` check is no sink's, so it named a sink ``backfill_from``. Each check
     now carries its sink, or for a pipeline's check, the sink its error names."""
-    load = registry_module.load_registry
-
-    def with_test_sinks(extra: Any = (), **kwargs: Any) -> Any:
-        return load([_BackfillPlugin(), *extra], **kwargs)
-
-    monkeypatch.setattr(registry_module, "load_registry", with_test_sinks)
-    monkeypatch.setattr(runner, "load_registry", with_test_sinks)
+    with_test_sinks(_BackfillPlugin())
     file = tmp_path / "p.toml"
     file.write_text(
         f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\n'

@@ -10,6 +10,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,22 +85,14 @@ def test_a_sink_spec_with_a_write_timeout_and_no_lag_is_refused(tmp_path: Path) 
 
 
 def test_fanout_validate_reports_a_write_timeout_without_lag(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, with_test_sinks: Callable[[object], None], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Refused with the entry's path when the file is read, before a Spark session starts
     (as a sink option of the wrong type is), by `fanout validate` and `fanout run` alike."""
-    import fanout.hooks.registry as registry_module
-    from fanout.app import runner
     from fanout.app.cli import main
     from tests.unit.test_validate_read_only import _Plugin
 
-    load = registry_module.load_registry
-
-    def with_test_sinks(extra: Any = (), **kwargs: Any) -> Any:
-        return load([_Plugin(), *extra], **kwargs)
-
-    monkeypatch.setattr(registry_module, "load_registry", with_test_sinks)
-    monkeypatch.setattr(runner, "load_registry", with_test_sinks)
+    with_test_sinks(_Plugin())
     file = tmp_path / "p.toml"
     file.write_text(
         f'[pipeline]\nname = "p"\nledger = "{tmp_path}/ledger"\ncheckpoint = "{tmp_path}/c"\n'

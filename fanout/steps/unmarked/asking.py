@@ -23,7 +23,7 @@ from fanout.steps.holds import (
     holds_answer,
     replaced_reason,
 )
-from fanout.steps.unmarked.held import Held
+from fanout.steps.unmarked.held import Held, common
 from fanout.steps.unmarked.start_text import holds_timeout_message, unasked_message
 
 
@@ -48,7 +48,12 @@ def refuse_unasked(
     before = before_start(ledger, info.pipeline, epoch, marks)
     unasked = to_ask(marks, before, in_spool)
     if unasked:
-        raise UnmarkedBatchError(unasked_message(info, unasked, unopened))
+        raise UnmarkedBatchError(
+            unasked_message(info, unasked, unopened),
+            sinks=list(unasked),
+            batch_id=common(None if mark is None else mark + 1 for mark in unasked.values()),
+            epoch=epoch,
+        )
 
 
 def to_ask(

@@ -12,6 +12,7 @@ from fanout.ledger.entry import Ledger
 from fanout.ledger.gaps import SKIPPED
 from fanout.steps.holds import Warn
 from fanout.steps.unmarked.asking import ask
+from fanout.steps.unmarked.held import held_refusal
 from fanout.steps.unmarked.held_text import restart_message, wrote_message
 from fanout.steps.unmarked.lost_marks import recorded_offsets, refusal_prefix
 
@@ -56,7 +57,8 @@ def refuse_restart(
     )
     if wrote:  # removing the lost mark's copy cannot help these
         offsets = recorded_offsets(ledger, info.pipeline, info.epoch, batch)
-        raise UnmarkedBatchError(wrote_message(info, ledger, lost, wrote, batch, offsets))
+        message = wrote_message(info, ledger, lost, wrote, batch, offsets)
+        raise UnmarkedBatchError(message, sinks=lost, batch_id=batch, epoch=info.epoch)
     asked = (
         ask(sinks[name], info.pipeline, info.epoch, batch - 1, bounds.get(name), warn)
         for name in lost
@@ -66,4 +68,4 @@ def refuse_restart(
     held = [h for h in asked if h.holds and (h.harmless is None or not all_harmless)]
     if held:
         offsets = recorded_offsets(ledger, info.pipeline, info.epoch, batch)
-        raise UnmarkedBatchError(restart_message(info, ledger, held, batch, offsets))
+        raise held_refusal(restart_message(info, ledger, held, batch, offsets), held, info.epoch)

@@ -38,7 +38,6 @@ from functools import partial
 
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import Sink
-from fanout.errors import UnmarkedBatchError
 from fanout.ledger.entry import Ledger
 from fanout.steps.unmarked.asking import (
     ask_in_turn,
@@ -48,6 +47,7 @@ from fanout.steps.unmarked.asking import (
     unmarked_asks,
 )
 from fanout.steps.unmarked.epoch_fence import fence_epochs, fences, lift_fences
+from fanout.steps.unmarked.held import held_refusal
 from fanout.steps.unmarked.held_text import refusal_message
 from fanout.steps.unmarked.lost_marks import (
     lost_mark_at_start,
@@ -198,6 +198,5 @@ def _ask_each(
         if h.harmless is not None:
             warn_rewrite(info, h)
     if refused:
-        raise UnmarkedBatchError(
-            refusal_message(info, ledger, held, refused, answers, marks, offsets)
-        )
+        message = refusal_message(info, ledger, held, refused, answers, marks, offsets)
+        raise held_refusal(message, refused, epoch)

@@ -11,8 +11,6 @@ what it should have been (docs/writing-sinks.md: ``holds_batch``)."""
 
 from __future__ import annotations
 
-import re
-
 from fanout.contract.batch import BatchInfo
 from fanout.contract.sink import Sink
 from fanout.errors import TargetLostError, UnmarkedBatchError
@@ -34,13 +32,15 @@ _ASKED = (
 
 def for_the_author(error: BaseException, sink: Sink, ledger: Ledger, info: BatchInfo) -> str | None:
     """What ``error``, raised by the kit's ``FanOut`` processing ``info``, says to the
-    author of ``sink``: ``None`` for an error that is not such a refusal."""
+    author of ``sink``: ``None`` for an error that is not such a refusal, and for an
+    :class:`fanout.UnmarkedBatchError` whose attributes do not say that the kit's sink
+    answered it holds a batch (a sink not asked; one raised without them): read from them,
+    never from the message, whose words are for an operator."""
     if isinstance(error, TargetLostError) and error.batch_id is not None:
         return _lost(error, error.batch_id, sink, ledger, info)
-    if isinstance(error, UnmarkedBatchError):
-        asked = re.search(rf"sink {NAME} holds (?:part of )?batch (\d+) of epoch (\d+)", str(error))
-        if asked is not None:
-            return _unmarked(error, int(asked[1]), int(asked[2]), sink, info)
+    if isinstance(error, UnmarkedBatchError) and error.sink == NAME and error.holds is not None:
+        if error.batch_id is not None and error.epoch is not None:
+            return _unmarked(error, error.batch_id, error.epoch, sink, info)
     return None
 
 
