@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Generic, ParamSpec, TypeVar
 
 from fanout.contract.sink import SinkContext
-from fanout.errors import SinkError, SinkTimeoutError, SinkUnreachableError
+from fanout.errors import FanoutError, SinkError, SinkTimeoutError, SinkUnreachableError
 from fanout.observe.secrets import masked_error, redact_printed
 from fanout.sink_spec import SinkSpec, write_timeout
 from fanout.steps.lag_state import (
@@ -73,11 +73,15 @@ class LateHook(Generic[P, R]):
     reads the lag state (the target checks, the catch-up): handed to the lag state
     unfilled, and filled exactly once, right after its owner is built (:meth:`fill`).
 
-    :param name: what it is, for the assertions.
-    :param before: what a call before :meth:`fill` does; without it such a call is a bug
-        (an assertion). The catch-up's wake has one, doing nothing: a reopen begun by
-        ``FanOut(...)`` (a first ``open()`` still running) may end before the catch-up is
-        built, and then there is no catch-up to wake; it looks at every sink when it starts.
+    A second :meth:`fill`, or a call before the first without ``before``, is a bug in
+    fanout: it raises :class:`fanout.errors.FanoutError` naming the hook (not an
+    ``assert``, which ``python -O`` drops).
+
+    :param name: which hook it is, named in those errors.
+    :param before: what a call before :meth:`fill` does. The catch-up's wake has one,
+        doing nothing: a reopen begun by ``FanOut(...)`` (a first ``open()`` still running)
+        may end before the catch-up is built, and then there is no catch-up to wake; it
+        looks at every sink when it starts.
     """
 
     def __init__(self, name: str, *, before: Callable[P, R] | None = None) -> None:
@@ -87,13 +91,21 @@ class LateHook(Generic[P, R]):
 
     def fill(self, hook: Callable[P, R]) -> None:
         """Give the hook, once its owner is built."""
-        assert self._hook is None, f"{self.name}: filled twice"
+        if self._hook is not None:
+            raise FanoutError(
+                f"a reopen hook, {self.name}, was filled twice, but FanOut(...) fills it "
+                "once, right after building the hook's owner: a bug in fanout"
+            )
         self._hook = hook
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the hook (or, not filled yet, ``before``)."""
         hook = self._hook if self._hook is not None else self._before
-        assert hook is not None, f"{self.name}: called before it was filled"
+        if hook is None:
+            raise FanoutError(
+                f"a reopen hook, {self.name}, was called before FanOut(...) filled it, "
+                "which it does right after building the hook's owner: a bug in fanout"
+            )
         return hook(*args, **kwargs)
 
 
