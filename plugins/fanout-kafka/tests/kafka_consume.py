@@ -35,6 +35,9 @@ def main() -> None:
             "enable.auto.commit": False,
             "allow.auto.create.topics": False,
             "auto.offset.reset": "earliest",  # where offset 0 is gone (not on Tansu)
+            # an empty fetch returns after 100 ms, not librdkafka's 500: the idle time's
+            # silence spans several empty fetches of every partition
+            "fetch.wait.max.ms": 100,
         }
     )
     metadata = consumer.list_topics(args.topic, timeout=10)

@@ -58,7 +58,7 @@ class WrappedProducer:
 
 
 def read_topic(
-    bootstrap: str, topic: str, expected: int, *, timeout: float = 30.0, idle: float = 1.0
+    bootstrap: str, topic: str, expected: int, *, timeout: float = 30.0, idle: float = 0.5
 ) -> list[dict[str, Any]]:
     """Every record a read_committed consumer in another process reads (until
     ``expected`` arrived and then ``idle`` seconds of silence, or ``timeout``).

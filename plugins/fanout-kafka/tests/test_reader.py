@@ -38,6 +38,23 @@ def test_a_short_topic_returns_what_it_holds(kafka: Broker, topic: str) -> None:
     assert sorted(r["key"] for r in records) == ["0", "1", "2"]
 
 
+def test_records_past_the_expected_count_are_read_as_duplicates(kafka: Broker, topic: str) -> None:
+    """The read goes on past ``expected`` for its idle time: records a second committed
+    transaction wrote again on other partitions (a retried task's duplicates) are in what
+    it returns, with the default idle time."""
+    for n, partitions in enumerate(((0,), (1, 2))):
+        producer = Producer({"bootstrap.servers": kafka.bootstrap,
+                             "transactional.id": f"{topic}-{n}"})  # fmt: skip
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for partition in partitions:
+            for i in range(3):
+                producer.produce(topic, b"v", str(i).encode(), partition=partition)
+        producer.commit_transaction(30)
+    records = read_topic(kafka.bootstrap, topic, 3)
+    assert sorted(r["key"] for r in records) == ["0", "0", "0", "1", "1", "1", "2", "2", "2"]
+
+
 def test_a_stuck_last_stable_offset_is_told_from_a_healthy_or_short_topic(
     kafka: Broker, topic: str
 ) -> None:
